@@ -1,0 +1,1 @@
+"""lease-worker: an asyncio worker runtime for message queues whose leases extend themselves."""

@@ -1,0 +1,110 @@
+"""The `Backend` protocol: what the runtime asks of a queue service, and its `Limits`.
+
+The lease keeper and the settler read `Limits` and never name a backend. Two services are in
+view: SQS (batches of 10 for everything, release to visibility 0, a visibility change keeps
+the receipt handle) and Alibaba Cloud SMQ (receive and delete 16 at a time, one extension per
+call that hands back a *new* receipt handle, shortest release 1 s).
+
+Contract, for every implementation:
+- `receive` long-polls up to `wait_s` and returns as soon as a message is available; it may
+  return fewer than `max_messages`, or none. Cancelling it must not lose a message beyond
+  what the service itself does (a message handed out in a cancelled response stays
+  invisible until its visibility timeout ends).
+- `extend`, `release`, `delete` and `send` take at most the limit's batch size of entries,
+  with distinct entry ids, and answer a `BatchResult`: a failed entry is a value. They raise
+  only for a whole-call failure, as a `worker.errors.BackendError` subclass.
+- `extend` may report a new receipt handle per entry (`BatchResult.new_handles`); the caller
+  must use it for every later call on that message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from worker.types import (
+    BatchResult,
+    Deletion,
+    OutgoingMessage,
+    QueueInfo,
+    ReceivedMessage,
+    RedrivePolicy,
+    VisibilityChange,
+)
+
+__all__ = ["SQS_LIMITS", "Backend", "Limits", "QueueAdmin"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Limits:
+    """What one queue service allows per call. The runtime sizes every call from these."""
+
+    receive_batch: int = 10
+    delete_batch: int = 10
+    extend_batch: int = 10
+    release_batch: int = 10
+    send_batch: int = 10
+    #: Longest long poll, seconds.
+    max_wait_s: int = 20
+    #: Shortest visibility a release may set (SQS: 0, visible at once; SMQ: 1).
+    min_release_visibility_s: int = 0
+    #: Longest visibility one call may set.
+    max_visibility_s: int = 43_200
+    #: How long a message may stay invisible counted from its receive (SQS: 12 h).
+    max_lease_s: int = 43_200
+    #: True where a visibility change hands back a new receipt handle (SMQ).
+    extension_returns_new_handle: bool = False
+    #: True where messages can be read without changing their visibility.
+    supports_peek: bool = False
+
+
+SQS_LIMITS = Limits()
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """An open connection to one queue service. Queues are named by the user's name for them."""
+
+    @property
+    def limits(self) -> Limits: ...
+
+    async def queue_info(self, queue: str) -> QueueInfo:
+        """Attributes of `queue`; raises `QueueNotFound` when there is no such queue."""
+        ...
+
+    async def receive(
+        self, queue: str, *, max_messages: int, wait_s: float, visibility_s: int | None = None
+    ) -> Sequence[ReceivedMessage]: ...
+
+    async def extend(self, queue: str, entries: Sequence[VisibilityChange]) -> BatchResult: ...
+
+    async def release(self, queue: str, entries: Sequence[VisibilityChange]) -> BatchResult: ...
+
+    async def delete(self, queue: str, entries: Sequence[Deletion]) -> BatchResult: ...
+
+    async def send(self, queue: str, messages: Sequence[OutgoingMessage]) -> BatchResult: ...
+
+    async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class QueueAdmin(Protocol):
+    """Creating and removing queues: for the embedded engine, tests and the demo."""
+
+    async def create_queue(
+        self,
+        name: str,
+        *,
+        visibility_timeout_s: int = 30,
+        delay_s: int = 0,
+        retention_s: int = 345_600,
+        redrive: RedrivePolicy | None = None,
+        content_based_deduplication: bool = False,
+    ) -> str:
+        """Create `name` (a `.fifo` suffix makes a FIFO queue) and return its URL. Idempotent."""
+        ...
+
+    async def delete_queue(self, queue: str) -> None: ...
+
+    async def purge(self, queue: str) -> None: ...

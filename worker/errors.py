@@ -1,0 +1,112 @@
+"""The exception tree. Every error the runtime raises on purpose is one of these::
+
+    LeaseWorkerError
+    ├── ConfigError              invalid settings (also a ValueError)
+    ├── RegistrationError        a bad @app.handler(...) call (also a ValueError)
+    ├── DecodeError              a message body the handler's decoder refused
+    └── BackendError             a whole queue-service call failed (operation, queue)
+        ├── TransientBackendError    throttling, 5xx, timeouts, resets: retry later
+        │   └── OverLimit            too many messages in flight on the queue
+        └── FatalBackendError        retrying will not help: fix the setup
+            ├── QueueNotFound
+            └── AccessDenied
+
+    HandlerSignal                a handler's own word on its message (not an error)
+    ├── Retry(after_s)           release the message to come back after `after_s`
+    └── Discard(reason)          delete the message without handling it
+
+A failed *entry* of a batch call is not an exception: it is an `EntryFailure` value in a
+`BatchResult`. Only `backends/sqs.py` imports botocore's exceptions and maps them here.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AccessDenied",
+    "BackendError",
+    "ConfigError",
+    "DecodeError",
+    "Discard",
+    "FatalBackendError",
+    "HandlerSignal",
+    "LeaseWorkerError",
+    "OverLimit",
+    "QueueNotFound",
+    "RegistrationError",
+    "Retry",
+    "TransientBackendError",
+]
+
+
+class LeaseWorkerError(Exception):
+    """Base of every error lease-worker raises on purpose."""
+
+
+class ConfigError(LeaseWorkerError, ValueError):
+    """A setting is invalid. The message names the setting and the accepted range."""
+
+
+class RegistrationError(LeaseWorkerError, ValueError):
+    """A handler registration is invalid (duplicate queue, not callable, bad option)."""
+
+
+class DecodeError(LeaseWorkerError):
+    """A message body could not be decoded. Carries the message id, never the body."""
+
+    def __init__(self, message_id: str, reason: str) -> None:
+        super().__init__(f"message {message_id}: body could not be decoded: {reason}")
+        self.message_id = message_id
+        self.reason = reason
+
+
+class BackendError(LeaseWorkerError):
+    """A whole call to the queue service failed."""
+
+    def __init__(self, message: str, *, operation: str = "", queue: str = "", code: str = "") -> None:
+        super().__init__(message)
+        self.operation = operation
+        self.queue = queue
+        self.code = code
+
+
+class TransientBackendError(BackendError):
+    """Throttling, a 5xx, a timeout or a broken connection: the same call may succeed later."""
+
+
+class OverLimit(TransientBackendError):
+    """The queue has as many messages in flight as the service allows; receive less, later."""
+
+
+class FatalBackendError(BackendError):
+    """Retrying will not help: the queue is missing, access is denied, the request is invalid."""
+
+
+class QueueNotFound(FatalBackendError):
+    """The queue does not exist (or is not visible with these credentials)."""
+
+
+class AccessDenied(FatalBackendError):
+    """The credentials may not perform this operation on this queue."""
+
+
+class HandlerSignal(Exception):
+    """Raised by a handler to say what should become of its message."""
+
+
+class Retry(HandlerSignal):
+    """Release the message so that it is delivered again after `after_s` seconds."""
+
+    def __init__(self, after_s: float = 0.0, reason: str = "") -> None:
+        if after_s < 0:
+            raise ValueError(f"Retry(after_s={after_s!r}): after_s must be >= 0")
+        super().__init__(reason or f"retry after {after_s} s")
+        self.after_s = after_s
+        self.reason = reason
+
+
+class Discard(HandlerSignal):
+    """Delete the message without handling it (it is logged and counted, never redelivered)."""
+
+    def __init__(self, reason: str = "") -> None:
+        super().__init__(reason or "discarded")
+        self.reason = reason
