@@ -62,7 +62,9 @@ class DecodeError(LeaseWorkerError):
 class BackendError(LeaseWorkerError):
     """A whole call to the queue service failed."""
 
-    def __init__(self, message: str, *, operation: str = "", queue: str = "", code: str = "") -> None:
+    def __init__(
+        self, message: str, *, operation: str = "", queue: str = "", code: str = ""
+    ) -> None:
         super().__init__(message)
         self.operation = operation
         self.queue = queue

@@ -92,7 +92,7 @@ class Deletion:
 
 @dataclass(frozen=True, slots=True)
 class EntryFailure:
-    """One failed entry of a batch call, with the service's error code (`ReceiptHandleIsInvalid`)."""
+    """One failed entry of a batch call, with the service's error code."""
 
     entry_id: str
     code: str

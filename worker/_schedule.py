@@ -1,0 +1,93 @@
+"""The lease heap: when each lease is next due, and which leases go out together.
+
+Rules:
+- One heap per queue (a visibility batch call names one queue). An entry is
+  (due_at, sequence, key); the sequence keeps equal times in insertion order.
+- Re-scheduling or removing a key does not touch the heap: the key's current entry is kept
+  in `_current`, and heap entries that no longer match it are dropped when they surface
+  (lazy deletion), so every operation is O(log n).
+- A batch is taken only when its first lease is due; it is filled, in due order, with leases
+  of the same queue due within `window` seconds after `now`, up to `limit`. Leases renewed
+  together get the same new deadline and stay together: after the first round, N aligned
+  leases cost ceil(N / limit) calls per round.
+
+Pure: no I/O, no clock; the caller passes `now`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Hashable
+from typing import Generic, TypeVar
+
+__all__ = ["LeaseSchedule"]
+
+K = TypeVar("K", bound=Hashable)
+
+
+class LeaseSchedule(Generic[K]):
+    def __init__(self) -> None:
+        self._heaps: dict[str, list[tuple[float, int, K]]] = {}
+        self._current: dict[K, tuple[str, float, int]] = {}
+        self._sequence = itertools.count()
+
+    def __len__(self) -> int:
+        return len(self._current)
+
+    def __contains__(self, key: K) -> bool:
+        return key in self._current
+
+    def due_at(self, key: K) -> float | None:
+        entry = self._current.get(key)
+        return None if entry is None else entry[1]
+
+    def set(self, key: K, queue: str, due_at: float) -> None:
+        """Schedule `key` (again) at `due_at`, replacing any earlier schedule."""
+        sequence = next(self._sequence)
+        self._current[key] = (queue, due_at, sequence)
+        heapq.heappush(self._heaps.setdefault(queue, []), (due_at, sequence, key))
+
+    def discard(self, key: K) -> None:
+        self._current.pop(key, None)
+
+    def next_due(self) -> float | None:
+        """The earliest due time of any scheduled key, or None when nothing is scheduled."""
+        earliest: float | None = None
+        for queue in list(self._heaps):
+            top = self._top(queue)
+            if top is not None and (earliest is None or top < earliest):
+                earliest = top
+        return earliest
+
+    def pop_batch(self, now: float, *, window: float, limit: int) -> tuple[str, list[K]] | None:
+        """Take the leases of the queue whose first lease is due, or None if nothing is due."""
+        for queue in list(self._heaps):
+            top = self._top(queue)
+            if top is not None and top <= now:
+                return queue, self._take(queue, now + window, limit)
+        return None
+
+    def _top(self, queue: str) -> float | None:
+        heap = self._heaps[queue]
+        while heap:
+            due_at, sequence, key = heap[0]
+            if self._is_current(key, sequence):
+                return due_at
+            heapq.heappop(heap)
+        del self._heaps[queue]
+        return None
+
+    def _take(self, queue: str, until: float, limit: int) -> list[K]:
+        heap = self._heaps[queue]
+        taken: list[K] = []
+        while heap and len(taken) < limit and heap[0][0] <= until:
+            _, sequence, key = heapq.heappop(heap)
+            if self._is_current(key, sequence):
+                del self._current[key]
+                taken.append(key)
+        return taken
+
+    def _is_current(self, key: K, sequence: int) -> bool:
+        entry = self._current.get(key)
+        return entry is not None and entry[2] == sequence

@@ -1,0 +1,121 @@
+"""`Worker`: the application object users decorate, and the context its hooks receive."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import anyio
+
+from worker.config import ErrorPolicy, OnError, WorkerConfig
+from worker.errors import RegistrationError
+from worker.metrics import Metrics
+from worker.middleware import Middleware
+from worker.registry import Decoder, Registry
+
+if TYPE_CHECKING:
+    from worker.backend import Backend
+
+__all__ = ["Hook", "Worker", "WorkerContext"]
+
+F = TypeVar("F")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerContext:
+    """What start-up hooks and background tasks get: the backend, metrics, and a way out."""
+
+    backend: Backend
+    metrics: Metrics
+    request_shutdown: Callable[[], None]
+
+
+Hook = Callable[[WorkerContext], Coroutine[Any, Any, None]]
+
+
+class Worker:
+    """A set of handlers, one per queue, with the settings they share.
+
+    ::
+
+        app = Worker()
+
+        @app.handler("orders", on_error="backoff")
+        async def handle(message: Message) -> None:
+            ...
+    """
+
+    def __init__(
+        self,
+        config: WorkerConfig | None = None,
+        *,
+        middleware: Sequence[Middleware] = (),
+        name: str = "lease-worker",
+    ) -> None:
+        if config is not None and not isinstance(config, WorkerConfig):
+            raise RegistrationError(f"config must be a WorkerConfig, got {config!r}")
+        self.config = config or WorkerConfig()
+        self.name = name
+        self.registry = Registry()
+        self.middleware: tuple[Middleware, ...] = tuple(middleware)
+        self.startup_hooks: list[Hook] = []
+        self.background_tasks: list[Hook] = []
+
+    def handler(
+        self,
+        queue: str,
+        *,
+        decode: str | Decoder = "json",
+        on_error: ErrorPolicy | OnError | str = OnError.RELEASE,
+        max_in_flight: int | None = None,
+        middleware: Sequence[Middleware] = (),
+    ) -> Callable[[F], F]:
+        """Register the decorated function as the handler of `queue`; returns it unchanged.
+
+        `decode`: 'json' (default), 'raw' (the body string) or a callable(str) -> Any.
+        `on_error`: 'release' (visible again at once), 'backoff' or an `ErrorPolicy`,
+        or 'expire' (let the visibility lapse, toward the DLQ).
+        `max_in_flight`: messages of this queue held at once (default: the worker's).
+        `middleware`: this handler's own layers, inside the worker's.
+        """
+        layers = (*self.middleware, *middleware)
+
+        def register(func: F) -> F:
+            self.registry.add(
+                queue,
+                func,
+                decode=decode,
+                on_error=on_error,
+                max_in_flight=max_in_flight,
+                middleware=layers,
+            )
+            return func
+
+        return register
+
+    def on_startup(self, hook: Hook) -> Hook:
+        """Run `hook(context)` before the worker checks its queues (e.g. to create them)."""
+        self.startup_hooks.append(_callable(hook))
+        return hook
+
+    def background(self, task: Hook) -> Hook:
+        """Run `task(context)` beside the worker once it receives; cancelled at shutdown."""
+        self.background_tasks.append(_callable(task))
+        return task
+
+    async def serve(self, backend: Backend, **kwargs: Any) -> None:
+        """Run until shut down: see `worker.supervisor.Supervisor`."""
+        from worker.supervisor import Supervisor
+
+        await Supervisor(self, backend, **kwargs).run()
+
+    def run(self, backend: Backend, **kwargs: Any) -> None:
+        """Blocking form of `serve`."""
+        anyio.run(lambda: self.serve(backend, **kwargs))
+
+
+def _callable(hook: Any) -> Any:
+    if not callable(hook):
+        raise RegistrationError(f"hook must be an async callable taking a context, got {hook!r}")
+    return hook

@@ -1,0 +1,250 @@
+"""The lease keeper: the only task that extends leases, however many there are.
+
+It sleeps until the earliest lease is due (its deadline less the renewal margin), takes that
+lease with every lease of the same queue due within the coalescing window, up to the
+backend's batch size, and extends them in one call. Calls run side by side in a task group,
+so one slow call never delays another queue's renewals.
+
+What can happen to a lease at renewal time:
+- renewed: new deadline = (time the call was sent) + visibility; a new receipt handle, if
+  the backend hands one out, replaces the old one before any later call.
+- transient failure (whole call, or an entry the service says was its own fault): retried
+  after `retry_interval_s`, as long as that is before the deadline.
+- refused (ReceiptHandleIsInvalid, MessageNotInflight, ...) or the deadline passed: LOST.
+  The handler is cancelled, the message is neither deleted nor released.
+- at the hard cap (`max_lease_s` from receive): the handler is cancelled as TIMED_OUT while
+  the lease still has `renew_margin_s` left, so its release happens before SQS's 12 h cap.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+import structlog
+from anyio.abc import TaskStatus
+
+from worker._histogram import DurationHistogram
+from worker._schedule import LeaseSchedule
+from worker.backend import Backend
+from worker.clock import Clock
+from worker.config import LeaseConfig
+from worker.errors import BackendError
+from worker.lease import Lease, LeaseState
+from worker.metrics import Metrics
+from worker.outcome import Outcome
+from worker.types import BatchResult, EntryFailure, VisibilityChange
+
+__all__ = ["LeaseKeeper"]
+
+#: Entry codes that mean the handle is no longer ours: the lease is lost.
+_LOST_CODES = frozenset({"ReceiptHandleIsInvalid", "MessageNotInflight", "InvalidReceiptHandle"})
+#: The service refused the visibility itself: in practice the 12 h cap, measured by the service.
+_CAP_CODES = frozenset({"InvalidParameterValue"})
+
+
+class LeaseKeeper:
+    def __init__(
+        self,
+        backend: Backend,
+        config: LeaseConfig,
+        *,
+        clock: Clock,
+        metrics: Metrics,
+        logger: Any = None,
+    ) -> None:
+        self._backend = backend
+        self._config = config
+        self._clock = clock
+        self._metrics = metrics
+        self._log = logger or structlog.get_logger("lease_worker.lease")
+        self._schedule: LeaseSchedule[Lease] = LeaseSchedule()
+        self._wake = anyio.Event()
+        self._durations = DurationHistogram(
+            min_s=config.adaptive_min_s, max_s=config.adaptive_max_s
+        )
+        self._renewed: dict[Lease, anyio.Event] = {}
+
+    # -- bookkeeping ------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._schedule)
+
+    def track(self, lease: Lease) -> None:
+        """Start keeping `lease` alive; call right after the receive."""
+        lease._requester = self._request_extension
+        self._schedule_renewal(lease)
+
+    def untrack(self, lease: Lease) -> None:
+        self._schedule.discard(lease)
+
+    def record_duration(self, duration_s: float) -> None:
+        self._durations.add(duration_s)
+
+    def extension_s(self) -> int:
+        """The visibility each renewal asks for now."""
+        if self._config.adaptive and len(self._durations):
+            return self._durations.percentile(99)
+        return self._config.extension_s
+
+    def _schedule_renewal(self, lease: Lease, at: float | None = None) -> None:
+        due = lease.deadline - self._config.renew_margin_s if at is None else at
+        self._schedule.set(lease, lease.queue, due)
+        self._wake.set()
+
+    async def _request_extension(self, lease: Lease, visibility_s: int) -> None:
+        limit = self._backend.limits.max_visibility_s
+        if not 0 <= visibility_s <= limit:
+            raise ValueError(f"visibility_s={visibility_s!r}: must be within 0..{limit}")
+        lease.requested_visibility_s = visibility_s
+        done = self._renewed.setdefault(lease, anyio.Event())
+        self._schedule_renewal(lease, at=self._clock.now())
+        await done.wait()
+
+    # -- the task ---------------------------------------------------------------------------
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        async with anyio.create_task_group() as calls:
+            task_status.started()
+            while True:
+                batch = self._schedule.pop_batch(
+                    self._clock.now(),
+                    window=self._config.coalesce_window_s,
+                    limit=self._backend.limits.extend_batch,
+                )
+                if batch is not None:
+                    leases = self._prepare(batch[1])
+                    if leases:
+                        calls.start_soon(self._renew, batch[0], leases)
+                    continue
+                await self._sleep(self._schedule.next_due())
+
+    async def _sleep(self, until: float | None) -> None:
+        self._wake = anyio.Event()
+        with anyio.CancelScope(deadline=math.inf if until is None else until):
+            await self._wake.wait()
+
+    def _prepare(self, leases: list[Lease]) -> list[tuple[Lease, int]]:
+        """Decide, lease by lease, whether to renew now; returns (lease, visibility) pairs."""
+        now = self._clock.now()
+        ready: list[tuple[Lease, int]] = []
+        for lease in leases:
+            if not lease.active:
+                self._notify(lease)
+            elif now >= lease.deadline:
+                self._lose(lease, "lapsed")
+            elif lease.cap_left_s(now) <= self._config.renew_margin_s:
+                self._cap(lease)
+            else:
+                wanted = lease.requested_visibility_s or self.extension_s()
+                lease.requested_visibility_s = None
+                ready.append((lease, lease.next_visibility(now, wanted)))
+        return ready
+
+    async def _renew(self, queue: str, leases: Sequence[tuple[Lease, int]]) -> None:
+        entries = [
+            VisibilityChange(str(i), lease.receipt_handle, visibility)
+            for i, (lease, visibility) in enumerate(leases)
+        ]
+        for lease, _ in leases:
+            lease.begin_extension()
+        sent_at = self._clock.now()
+        self._metrics.renewal_calls.labels(queue).inc()
+        try:
+            result = await self._backend.extend(queue, entries)
+        except BackendError as error:
+            self._log.warning(
+                "lease.renew_call_failed",
+                queue=queue,
+                leases=len(leases),
+                code=error.code or type(error).__name__,
+                error=str(error),
+            )
+            self._metrics.renewal_failures.labels(queue, error.code or "call").inc(len(leases))
+            result = BatchResult(
+                failed=tuple(
+                    EntryFailure(e.entry_id, error.code or "call", str(error), sender_fault=False)
+                    for e in entries
+                )
+            )
+        finally:
+            for lease, _ in leases:
+                lease.end_extension()
+        self._apply(result, leases, sent_at)
+
+    def _apply(
+        self, result: BatchResult, leases: Sequence[tuple[Lease, int]], sent_at: float
+    ) -> None:
+        succeeded = set(result.succeeded)
+        failures = {failure.entry_id: failure for failure in result.failed}
+        for i, (lease, visibility) in enumerate(leases):
+            entry_id = str(i)
+            if entry_id in succeeded:
+                self._renewed_ok(lease, visibility, sent_at, result.new_handles.get(entry_id))
+            else:
+                failure = failures.get(entry_id) or EntryFailure(entry_id, "Missing", "no answer")
+                self._renewal_failed(lease, failure)
+            self._notify(lease)
+
+    def _renewed_ok(
+        self, lease: Lease, visibility: int, sent_at: float, handle: str | None
+    ) -> None:
+        if handle is not None:
+            lease.receipt_handle = handle
+        if not lease.active:
+            return
+        self._metrics.renewals.labels(lease.queue).inc()
+        self._metrics.time_to_deadline.labels(lease.queue).observe(
+            max(0.0, lease.deadline - sent_at)
+        )
+        lease.deadline = sent_at + visibility
+        lease.renewals += 1
+        self._schedule_renewal(lease)
+
+    def _renewal_failed(self, lease: Lease, failure: EntryFailure) -> None:
+        if not lease.active:
+            return
+        if failure.code in _LOST_CODES:
+            self._metrics.renewal_failures.labels(lease.queue, failure.code).inc()
+            self._lose(lease, failure.code)
+        elif failure.code in _CAP_CODES:
+            self._metrics.renewal_failures.labels(lease.queue, failure.code).inc()
+            self._cap(lease)
+        else:
+            retry_at = self._clock.now() + self._config.retry_interval_s
+            self._schedule_renewal(lease, at=min(retry_at, lease.deadline))
+
+    def _lose(self, lease: Lease, reason: str) -> None:
+        self._schedule.discard(lease)
+        lease.lost_reason = reason
+        lease.finish(LeaseState.LOST)
+        lease.cancel(Outcome.LEASE_LOST)
+        self._metrics.leases_lost.labels(lease.queue, reason).inc()
+        self._log.warning(
+            "lease.lost",
+            queue=lease.queue,
+            message_id=lease.message_id,
+            reason=reason,
+            renewals=lease.renewals,
+        )
+        self._notify(lease)
+
+    def _cap(self, lease: Lease) -> None:
+        """The lease cannot be extended further: cancel the handler while time is left."""
+        if lease.state is LeaseState.HELD and lease.cancel_reason is None:
+            self._metrics.leases_capped.labels(lease.queue).inc()
+            self._log.warning(
+                "lease.max_lease_reached",
+                queue=lease.queue,
+                message_id=lease.message_id,
+                renewals=lease.renewals,
+            )
+            lease.cancel(Outcome.TIMED_OUT)
+        self._notify(lease)
+
+    def _notify(self, lease: Lease) -> None:
+        done = self._renewed.pop(lease, None)
+        if done is not None:
+            done.set()

@@ -1,0 +1,77 @@
+"""From what a handler did to what becomes of its message: a pure mapping.
+
+    SUCCEEDED, DISCARDED          -> delete
+    RETRY(after_s)                -> release, visible again after `after_s`
+    FAILED, TIMED_OUT             -> the handler's error policy:
+                                       release -> release now (shortest visibility)
+                                       backoff -> release after backoff(receive count)
+                                       expire  -> forget: stop extending, let it lapse
+    SHUTDOWN                      -> release now, so another worker takes it at once
+    LEASE_LOST                    -> forget: the handle is no longer ours to use
+
+A release never asks for more than the backend allows in one call, nor for longer than the
+message may stay invisible counted from its receive (`cap_left_s`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+
+from worker.config import ErrorPolicy, OnError
+
+__all__ = ["Action", "Outcome", "Settlement", "settle"]
+
+
+class Outcome(Enum):
+    SUCCEEDED = "succeeded"
+    DISCARDED = "discarded"
+    RETRY = "retry"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    SHUTDOWN = "shutdown"
+    LEASE_LOST = "lease_lost"
+
+
+class Action(Enum):
+    DELETE = "delete"
+    RELEASE = "release"
+    FORGET = "forget"
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    action: Action
+    visibility_s: int = 0
+
+
+DELETE = Settlement(Action.DELETE)
+FORGET = Settlement(Action.FORGET)
+
+
+def settle(
+    outcome: Outcome,
+    *,
+    policy: ErrorPolicy,
+    receive_count: int,
+    retry_after_s: float = 0.0,
+    min_release_s: int = 0,
+    max_visibility_s: int = 43_200,
+    cap_left_s: float = 43_200.0,
+) -> Settlement:
+    """The settlement for `outcome` (see the module docstring for the table)."""
+    if outcome in (Outcome.SUCCEEDED, Outcome.DISCARDED):
+        return DELETE
+    if outcome is Outcome.LEASE_LOST:
+        return FORGET
+    if outcome is Outcome.RETRY:
+        delay = retry_after_s
+    elif outcome is Outcome.SHUTDOWN or policy.on_error is OnError.RELEASE:
+        delay = 0.0
+    elif policy.on_error is OnError.BACKOFF:
+        delay = policy.backoff.delay_s(receive_count)
+    else:
+        return FORGET
+    ceiling = max(min_release_s, min(max_visibility_s, math.floor(cap_left_s)))
+    return Settlement(Action.RELEASE, min(ceiling, max(min_release_s, math.ceil(delay))))

@@ -1,0 +1,142 @@
+"""The receive loop of one queue, with flow control.
+
+It asks for min(batch size, free slots) messages per long poll, so the worker never holds
+more than `max_in_flight` messages of the queue: a slot is taken at receive and given back
+when the message's lease ends (deleted, released, forgotten or lost). Every message gets a
+lease the moment it arrives, before its handler starts.
+
+A transient failure (throttling, 5xx, timeouts, `OverLimit`) pauses receiving with a
+doubling backoff while handlers and renewals go on. A fatal one (missing queue, access
+denied) is passed to `on_fatal`, which starts a shutdown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import structlog
+from anyio.abc import TaskStatus
+
+from worker.backend import Backend
+from worker.clock import Clock
+from worker.config import WorkerConfig
+from worker.errors import FatalBackendError, TransientBackendError
+from worker.lease import Lease
+from worker.lease_keeper import LeaseKeeper
+from worker.metrics import Metrics
+from worker.types import ReceivedMessage
+
+__all__ = ["Receiver", "Slots"]
+
+
+class Slots:
+    """A counter of messages held, with a wait for a free slot."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.used = 0
+        self._freed = anyio.Event()
+
+    @property
+    def free(self) -> int:
+        return max(0, self.capacity - self.used)
+
+    async def wait_free(self) -> int:
+        while self.free == 0:
+            self._freed = anyio.Event()
+            await self._freed.wait()
+        return self.free
+
+    def take(self) -> None:
+        self.used += 1
+
+    def give_back(self) -> None:
+        self.used -= 1
+        self._freed.set()
+
+
+class Receiver:
+    def __init__(
+        self,
+        queue: str,
+        *,
+        backend: Backend,
+        keeper: LeaseKeeper,
+        clock: Clock,
+        metrics: Metrics,
+        config: WorkerConfig,
+        slots: Slots,
+        dispatch: Callable[[ReceivedMessage, Lease], None],
+        on_finish: Callable[[Lease], None],
+        on_fatal: Callable[[FatalBackendError], None],
+        logger: Any = None,
+    ) -> None:
+        self.queue = queue
+        self._backend = backend
+        self._keeper = keeper
+        self._clock = clock
+        self._metrics = metrics
+        self._config = config
+        self._slots = slots
+        self._dispatch = dispatch
+        self._on_finish = on_finish
+        self._on_fatal = on_fatal
+        self._log = logger or structlog.get_logger("lease_worker.receive")
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        pause = self._config.receive_backoff_s
+        while True:
+            free = await self._slots.wait_free()
+            try:
+                await self._receive_once(min(self._backend.limits.receive_batch, free))
+            except TransientBackendError as error:
+                self._metrics.receive_errors.labels(self.queue, error.code or "transient").inc()
+                self._log.warning(
+                    "receive.failed",
+                    queue=self.queue,
+                    code=error.code,
+                    error=str(error),
+                    retry_in_s=pause,
+                )
+                await anyio.sleep(pause)
+                pause = min(pause * 2, self._config.receive_backoff_max_s)
+                continue
+            except FatalBackendError as error:
+                self._metrics.receive_errors.labels(self.queue, error.code or "fatal").inc()
+                self._on_fatal(error)
+                return
+            pause = self._config.receive_backoff_s
+
+    async def _receive_once(self, count: int) -> None:
+        lease_config = self._config.lease
+        sent_at = self._clock.now()  # before the call: our deadline is never later than SQS's
+        self._metrics.receive_calls.labels(self.queue).inc()
+        messages = await self._backend.receive(
+            self.queue,
+            max_messages=count,
+            wait_s=self._config.wait_s,
+            visibility_s=lease_config.visibility_s,
+        )
+        for received in messages:
+            lease = Lease(
+                queue=self.queue,
+                message_id=received.message_id,
+                receipt_handle=received.receipt_handle,
+                received_at=sent_at,
+                visibility_s=lease_config.visibility_s,
+                max_lease_s=min(lease_config.max_lease_s, self._backend.limits.max_lease_s),
+                on_finish=self._finished,
+            )
+            self._slots.take()
+            self._metrics.received.labels(self.queue).inc()
+            self._metrics.in_flight.labels(self.queue).inc()
+            self._keeper.track(lease)
+            self._dispatch(received, lease)
+
+    def _finished(self, lease: Lease) -> None:
+        self._slots.give_back()
+        self._metrics.in_flight.labels(self.queue).dec()
+        self._on_finish(lease)

@@ -1,0 +1,131 @@
+"""Handler registration, validated when the decorator runs (at import time).
+
+`@app.handler("orders")` checks the queue name, the function and every option at once and
+raises `RegistrationError` or `ConfigError` with the offending value; it returns the
+function unchanged, so it stays callable and testable on its own.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+from worker.config import ErrorPolicy, OnError
+from worker.errors import ConfigError, RegistrationError
+from worker.message import Message
+from worker.middleware import Middleware
+
+__all__ = ["Decoder", "HandlerFunc", "HandlerSpec", "Registry", "resolve_decoder"]
+
+Decoder: TypeAlias = Callable[[str], Any]
+HandlerFunc: TypeAlias = Callable[[Message], Awaitable[None]] | Callable[[Message], None]
+
+#: SQS queue names: 1-80 characters, alphanumerics, hyphens and underscores (+ ".fifo").
+_QUEUE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,80}(\.fifo)?$")
+
+
+def _raw(body: str) -> str:
+    return body
+
+
+_DECODERS: Mapping[str, Decoder] = {"json": json.loads, "raw": _raw}
+
+
+def resolve_decoder(decode: str | Decoder) -> Decoder:
+    if callable(decode):
+        return decode
+    try:
+        return _DECODERS[decode]
+    except (KeyError, TypeError):
+        raise ConfigError(
+            f"decode={decode!r}: must be 'json', 'raw' or a callable taking the body string"
+        ) from None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HandlerSpec:
+    queue: str
+    func: HandlerFunc
+    is_async: bool
+    decoder: Decoder
+    policy: ErrorPolicy
+    max_in_flight: int | None
+    middleware: tuple[Middleware, ...]
+
+    @property
+    def name(self) -> str:
+        return getattr(self.func, "__qualname__", repr(self.func))
+
+
+class Registry:
+    def __init__(self) -> None:
+        self._specs: dict[str, HandlerSpec] = {}
+
+    def __iter__(self) -> Iterator[HandlerSpec]:
+        return iter(self._specs.values())
+
+    def __len__(self) -> int:
+        return len(self._specs)
+
+    def __getitem__(self, queue: str) -> HandlerSpec:
+        return self._specs[queue]
+
+    @property
+    def queues(self) -> list[str]:
+        return list(self._specs)
+
+    def add(
+        self,
+        queue: str,
+        func: Any,
+        *,
+        decode: str | Decoder = "json",
+        on_error: ErrorPolicy | OnError | str = OnError.RELEASE,
+        max_in_flight: int | None = None,
+        middleware: Sequence[Middleware] = (),
+    ) -> HandlerSpec:
+        _check_queue(queue)
+        if queue in self._specs:
+            raise RegistrationError(
+                f"queue {queue!r} already has a handler ({self._specs[queue].name}); "
+                "one handler per queue"
+            )
+        if not callable(func):
+            raise RegistrationError(f"handler for {queue!r} must be callable, got {func!r}")
+        if max_in_flight is not None and (not isinstance(max_in_flight, int) or max_in_flight < 1):
+            raise ConfigError(f"max_in_flight={max_in_flight!r}: must be a whole number >= 1")
+        for layer in middleware:
+            if not callable(layer):
+                raise RegistrationError(f"middleware for {queue!r} must be callable: {layer!r}")
+        spec = HandlerSpec(
+            queue=queue,
+            func=func,
+            is_async=_is_async(func),
+            decoder=resolve_decoder(decode),
+            policy=ErrorPolicy.parse(on_error),
+            max_in_flight=max_in_flight,
+            middleware=tuple(middleware),
+        )
+        self._specs[queue] = spec
+        return spec
+
+
+def _is_async(func: Any) -> bool:
+    # An instance with `async def __call__` is as async as a coroutine function.
+    call = type(func).__dict__.get("__call__") if not inspect.isroutine(func) else None
+    return inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(call)
+
+
+def _check_queue(queue: object) -> None:
+    if not isinstance(queue, str):
+        raise RegistrationError(f"queue must be a string (a name or URL), got {queue!r}")
+    name = queue.rstrip("/").rsplit("/", 1)[-1] if "://" in queue else queue
+    if not _QUEUE_NAME.match(name):
+        raise RegistrationError(
+            f"queue {queue!r}: a queue name has 1-80 letters, digits, '-' or '_' "
+            "(and '.fifo' for a FIFO queue)"
+        )
