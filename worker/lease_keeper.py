@@ -172,6 +172,13 @@ class LeaseKeeper:
         finally:
             for lease, _ in leases:
                 lease.end_extension()
+        self._log.debug(
+            "lease.renewed",
+            queue=queue,
+            leases=len(result.succeeded),
+            failed=len(result.failed),
+            visibility_s=max(v for _, v in leases),
+        )
         self._apply(result, leases, sent_at)
 
     def _apply(

@@ -19,6 +19,7 @@ the end. The supervisor never stops because of one message.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -88,6 +89,8 @@ class Supervisor:
         self._drain_scope: anyio.CancelScope | None = None
         self._shutdown_requests = 0
         self._fatal: FatalBackendError | None = None
+        #: Called after each lease ends (settled, forgotten or lost): for tests and hooks.
+        self.on_lease_finished: list[Callable[[], None]] = []
 
     @property
     def in_flight(self) -> int:
@@ -179,6 +182,8 @@ class Supervisor:
 
     def _finished(self, lease: Lease) -> None:
         self._held.discard(lease)
+        for listener in self.on_lease_finished:
+            listener()
         if not self._held and self.stopping:
             self._drained.set()
 

@@ -1,0 +1,244 @@
+"""The `lease-worker` command (also `python -m worker`).
+
+Settings come from the command line, else from `LEASE_WORKER_*` environment variables, else
+from the application's own `WorkerConfig`. Invalid settings end the process with status 2
+and one line saying which setting and why; a fatal queue-service error with status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+import structlog
+from prometheus_client import start_http_server
+
+from worker.app import Worker, WorkerContext
+from worker.backend import Backend
+from worker.config import LeaseConfig, ShutdownConfig, WorkerConfig
+from worker.errors import ConfigError, FatalBackendError, QueueNotFound
+from worker.logging import configure_logging
+from worker.metrics import Metrics
+from worker.supervisor import Supervisor
+
+__all__ = ["build_parser", "load_app", "main"]
+
+_ENV = "LEASE_WORKER_"
+
+
+def _env(name: str, default: str | None = None) -> str | None:
+    return os.environ.get(_ENV + name, default)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="lease-worker",
+        description="Run queue handlers whose leases extend themselves.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    run = commands.add_parser(
+        "run",
+        help="run a worker application",
+        description="Run APP (module:attribute of a lease-worker Worker) until SIGTERM/SIGINT. "
+        "Every option can also be set as LEASE_WORKER_<OPTION> (e.g. LEASE_WORKER_BACKEND=sqs).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    run.add_argument(
+        "app", metavar="APP", help="the worker, as module:attribute (e.g. examples.hello:app)"
+    )
+    where = run.add_argument_group("queue service")
+    where.add_argument(
+        "--backend",
+        choices=["memory", "sqs"],
+        default=_env("BACKEND", "memory"),
+        help="memory: the embedded in-memory engine; sqs: Amazon SQS",
+    )
+    where.add_argument("--region", default=_env("REGION"), help="AWS region (default: AWS chain)")
+    where.add_argument(
+        "--endpoint-url",
+        default=_env("ENDPOINT_URL"),
+        help="SQS endpoint (moto, LocalStack, a VPC endpoint)",
+    )
+    where.add_argument(
+        "--queue-url",
+        action="append",
+        default=_env_list("QUEUE_URL"),
+        metavar="NAME=URL",
+        help="use URL for the handler of queue NAME (repeatable)",
+    )
+    leases = run.add_argument_group("leases (default: the application's WorkerConfig)")
+    leases.add_argument("--visibility-s", type=int, default=_env("VISIBILITY_S"))
+    leases.add_argument("--extension-s", type=int, default=_env("EXTENSION_S"))
+    leases.add_argument("--renew-margin-s", type=float, default=_env("RENEW_MARGIN_S"))
+    leases.add_argument("--max-lease-s", type=float, default=_env("MAX_LEASE_S"))
+    leases.add_argument(
+        "--adaptive",
+        action="store_true",
+        default=_env("ADAPTIVE") == "1",
+        help="extension length from the p99 of observed handler durations",
+    )
+    flow = run.add_argument_group("flow and shutdown")
+    flow.add_argument(
+        "--max-in-flight",
+        type=int,
+        default=_env("MAX_IN_FLIGHT"),
+        help="messages held at once per queue",
+    )
+    flow.add_argument(
+        "--grace-s",
+        type=float,
+        default=_env("GRACE_S"),
+        help="drain time after SIGTERM before unfinished messages are released",
+    )
+    ops = run.add_argument_group("operations")
+    ops.add_argument(
+        "--metrics-port",
+        type=int,
+        default=_env("METRICS_PORT"),
+        help="serve Prometheus metrics on this port (off by default)",
+    )
+    ops.add_argument("--metrics-addr", default=_env("METRICS_ADDR", "0.0.0.0"))
+    ops.add_argument(
+        "--log-format", choices=["console", "json"], default=_env("LOG_FORMAT", "json")
+    )
+    ops.add_argument("--log-level", default=_env("LOG_LEVEL", "info"))
+    return parser
+
+
+def _env_list(name: str) -> list[str]:
+    value = _env(name)
+    return [item for item in (value or "").split(",") if item]
+
+
+def load_app(spec: str) -> Worker:
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise ConfigError(f"APP={spec!r}: expected module:attribute, e.g. examples.hello:app")
+    sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        raise ConfigError(f"APP={spec!r}: cannot import {error.name!r}") from None
+    app = getattr(module, attribute, None)
+    if not isinstance(app, Worker):
+        raise ConfigError(
+            f"APP={spec!r}: {attribute!r} in {module_name} is not a lease-worker Worker"
+        )
+    return app
+
+
+def _configure(app: Worker, args: argparse.Namespace) -> WorkerConfig:
+    lease_changes = {
+        name: getattr(args, name)
+        for name in ("visibility_s", "extension_s", "renew_margin_s", "max_lease_s")
+        if getattr(args, name) is not None
+    }
+    if args.adaptive:
+        lease_changes["adaptive"] = True
+    config = app.config
+    lease: LeaseConfig = dataclasses.replace(config.lease, **_typed(lease_changes))
+    shutdown: ShutdownConfig = config.shutdown
+    if args.grace_s is not None:
+        shutdown = dataclasses.replace(shutdown, grace_s=float(args.grace_s))
+    changes: dict[str, Any] = {"lease": lease, "shutdown": shutdown}
+    if args.max_in_flight is not None:
+        changes["max_in_flight"] = int(args.max_in_flight)
+    return dataclasses.replace(config, **changes)
+
+
+def _typed(changes: dict[str, Any]) -> dict[str, Any]:
+    # Values from the environment arrive as strings; argparse converts only its own.
+    ints = {"visibility_s", "extension_s"}
+    try:
+        return {
+            k: (int(v) if k in ints else float(v) if k != "adaptive" else v)
+            for k, v in changes.items()
+        }
+    except ValueError as error:
+        raise ConfigError(f"lease setting: {error}") from None
+
+
+def _queue_urls(items: Sequence[str]) -> dict[str, str]:
+    urls: dict[str, str] = {}
+    for item in items:
+        name, sep, url = item.partition("=")
+        if not sep or not name or not url:
+            raise ConfigError(f"--queue-url {item!r}: expected NAME=URL")
+        urls[name] = url
+    return urls
+
+
+async def _open_backend(args: argparse.Namespace) -> Backend:
+    if args.backend == "memory":
+        from backends.memory import MemoryBackend
+
+        return MemoryBackend()
+    from backends.sqs import SqsBackend, SqsSettings
+
+    settings = SqsSettings(
+        region=args.region, endpoint_url=args.endpoint_url, queue_urls=_queue_urls(args.queue_url)
+    )
+    return await SqsBackend.connect(settings)
+
+
+async def _create_missing_queues(app: Worker, context: WorkerContext) -> None:
+    """For the embedded engine, which starts empty: make every registered queue."""
+    from backends.memory import MemoryBackend
+
+    backend = context.backend
+    assert isinstance(backend, MemoryBackend)
+    for queue in app.registry.queues:
+        try:
+            await backend.queue_info(queue)
+        except QueueNotFound:
+            await backend.create_queue(queue, visibility_timeout_s=app.config.lease.visibility_s)
+
+
+async def _serve(app: Worker, args: argparse.Namespace, metrics: Metrics) -> None:
+    backend = await _open_backend(args)
+    if args.backend == "memory":
+        app.startup_hooks.append(lambda context: _create_missing_queues(app, context))
+    supervisor = Supervisor(app, backend, metrics=metrics)
+    try:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(_watch_signals, supervisor)
+            await supervisor.run()
+            tasks.cancel_scope.cancel()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await backend.aclose()
+
+
+async def _watch_signals(supervisor: Supervisor) -> None:
+    log = structlog.get_logger("lease_worker.cli")
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for signum in signals:
+            log.info("signal.received", signal=signal.Signals(signum).name)
+            supervisor.request_shutdown()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        configure_logging(fmt=args.log_format, level=args.log_level)
+        app = load_app(args.app)
+        app.config = _configure(app, args)
+        metrics = Metrics()
+        if args.metrics_port is not None:
+            start_http_server(int(args.metrics_port), args.metrics_addr, registry=metrics.registry)
+        anyio.run(_serve, app, args, metrics)
+    except (ConfigError, ValueError) as error:
+        print(f"lease-worker: error: {error}", file=sys.stderr)
+        return 2
+    except FatalBackendError as error:
+        print(f"lease-worker: error: {error}", file=sys.stderr)
+        return 1
+    return 0
