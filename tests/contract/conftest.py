@@ -1,0 +1,117 @@
+"""Fixtures of the contract suite: `backend` (memory | moto) and `make_queue`.
+
+- `memory`: `backends.memory.MemoryBackend()` on the loop clock, with looptime switched on for
+  the test, so every sleep and long poll is fast-forwarded. Skipped while the module is absent.
+- `moto`: `SqsBackend` against one moto server per session (`tests.moto_server`), dummy
+  credentials set explicitly, region us-east-1; every test makes its own uniquely named queues.
+- `@pytest.mark.moto_gap("reason")` marks a rule that real SQS keeps and moto does not: on the
+  moto param the test becomes `xfail(strict=True)`, on memory it stays strict.
+"""
+
+from __future__ import annotations
+
+import importlib
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from backends.sqs import SqsBackend, SqsSettings
+from tests.contract import ContractBackend, MakeQueue
+from tests.moto_server import (
+    MOTO_ACCESS_KEY,
+    MOTO_REGION,
+    MOTO_SECRET_KEY,
+    MotoServer,
+    start_moto,
+)
+from worker.types import RedrivePolicy
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "moto_gap(reason): moto differs from SQS here; strict xfail on moto only"
+    )
+
+
+@pytest.fixture(scope="session")
+def moto_server() -> Iterator[MotoServer]:
+    with start_moto() as server:
+        yield server
+
+
+def _memory_backend_class() -> Any:
+    try:
+        module = importlib.import_module("backends.memory")
+    except ModuleNotFoundError as exc:
+        if exc.name != "backends.memory":
+            raise
+        pytest.skip("backends/memory.py is not in the tree yet")
+    return module.MemoryBackend
+
+
+@pytest.fixture(params=["memory", "moto"])
+def backend_kind(request: pytest.FixtureRequest) -> str:
+    kind: str = request.param
+    if kind == "memory":
+        _memory_backend_class()
+        request.applymarker(pytest.mark.looptime)
+    else:
+        gap = request.node.get_closest_marker("moto_gap")
+        if gap is not None:
+            reason = f"moto differs from SQS: {gap.args[0] if gap.args else ''}"
+            request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
+    return kind
+
+
+@pytest_asyncio.fixture
+async def backend(
+    backend_kind: str, request: pytest.FixtureRequest
+) -> AsyncIterator[ContractBackend]:
+    if backend_kind == "memory":
+        memory: ContractBackend = _memory_backend_class()()
+        try:
+            yield memory
+        finally:
+            await memory.aclose()
+        return
+    server: MotoServer = request.getfixturevalue("moto_server")
+    settings = SqsSettings(
+        region=MOTO_REGION,
+        endpoint_url=server.endpoint_url,
+        access_key_id=MOTO_ACCESS_KEY,
+        secret_access_key=MOTO_SECRET_KEY,
+        max_attempts=2,
+        connect_timeout_s=2.0,
+        read_timeout_s=25.0,
+    )
+    sqs = await SqsBackend.connect(settings)
+    try:
+        yield sqs
+    finally:
+        await sqs.aclose()
+
+
+@pytest.fixture
+def make_queue(backend: ContractBackend) -> MakeQueue:
+    """`await make_queue(fifo=False, **create_queue_options)` -> a fresh queue's name."""
+
+    async def make(
+        *,
+        fifo: bool = False,
+        visibility_timeout_s: int = 30,
+        redrive: RedrivePolicy | None = None,
+        content_based_deduplication: bool = False,
+    ) -> str:
+        name = f"contract-{uuid.uuid4().hex[:16]}" + (".fifo" if fifo else "")
+        await backend.create_queue(
+            name,
+            visibility_timeout_s=visibility_timeout_s,
+            redrive=redrive,
+            content_based_deduplication=content_based_deduplication,
+        )
+        return name
+
+    return make
