@@ -25,7 +25,8 @@ class DurationHistogram:
         return self._total
 
     def add(self, duration_s: float) -> None:
-        bucket = min(self._max, max(self._min, math.ceil(duration_s)))
+        # Rounded to the millisecond first, so that 120.0000001 s counts as 120 s.
+        bucket = min(self._max, max(self._min, math.ceil(round(duration_s, 3))))
         self._counts[bucket] = self._counts.get(bucket, 0) + 1
         self._total += 1
 

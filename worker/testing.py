@@ -20,20 +20,18 @@ import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 
 from worker.app import Worker
+from worker.backend import Backend, QueueAdmin
 from worker.clock import ManualClock
 from worker.errors import QueueNotFound
 from worker.metrics import Metrics
 from worker.outcome import Outcome, Settlement
 from worker.supervisor import Supervisor
 from worker.types import OutgoingMessage, ReceivedMessage
-
-if TYPE_CHECKING:
-    from backends.memory import MemoryBackend
 
 __all__ = ["Handled", "ManualClock", "WorkerHarness", "run_worker"]
 
@@ -50,7 +48,7 @@ class Handled:
 class WorkerHarness:
     """A running worker on an in-memory backend, with ways to feed it and watch it."""
 
-    def __init__(self, supervisor: Supervisor, backend: MemoryBackend) -> None:
+    def __init__(self, supervisor: Supervisor, backend: Backend) -> None:
         self.supervisor = supervisor
         self.backend = backend
         self.metrics = supervisor.metrics
@@ -59,7 +57,8 @@ class WorkerHarness:
 
     @property
     def engine(self) -> Any:
-        return self.backend.engine
+        """The in-memory engine, for its test hooks (counts, peek, expire)."""
+        return getattr(self.backend, "engine", None)
 
     def _observe(self, message: ReceivedMessage, outcome: Outcome, settlement: Settlement) -> None:
         self.handled.append(Handled(message, outcome, settlement))
@@ -95,15 +94,19 @@ class WorkerHarness:
 async def run_worker(
     app: Worker,
     *,
-    backend: MemoryBackend | None = None,
+    backend: Backend | None = None,
     metrics: Metrics | None = None,
     create_queues: bool = True,
 ) -> AsyncIterator[WorkerHarness]:
-    """Run `app` on an in-memory backend until the block ends, then shut it down cleanly."""
+    """Run `app` until the block ends, then shut it down cleanly.
+
+    `backend` defaults to a new in-memory backend; with `create_queues`, every registered
+    queue that does not exist yet is created (on a backend that can create queues).
+    """
     from backends.memory import MemoryBackend
 
     backend = backend or MemoryBackend()
-    if create_queues:
+    if create_queues and isinstance(backend, QueueAdmin):
         for queue in app.registry.queues:
             try:
                 await backend.queue_info(queue)
