@@ -206,14 +206,21 @@ async def _serve(app: Worker, args: argparse.Namespace, metrics: Metrics) -> Non
     if args.backend == "memory":
         app.startup_hooks.append(lambda context: _create_missing_queues(app, context))
     supervisor = Supervisor(app, backend, metrics=metrics)
+    fatal: FatalBackendError | None = None
     try:
+        await supervisor.prepare()
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(_watch_signals, supervisor)
-            await supervisor.run()
+            try:
+                await supervisor.run()
+            except FatalBackendError as error:  # raised after a clean shutdown
+                fatal = error
             tasks.cancel_scope.cancel()
     finally:
         with anyio.CancelScope(shield=True):
             await backend.aclose()
+    if fatal is not None:
+        raise fatal
 
 
 async def _watch_signals(supervisor: Supervisor) -> None:

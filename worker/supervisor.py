@@ -89,6 +89,7 @@ class Supervisor:
         self._drain_scope: anyio.CancelScope | None = None
         self._shutdown_requests = 0
         self._fatal: FatalBackendError | None = None
+        self._context = WorkerContext(backend, self.metrics, self.request_shutdown)
         #: Called after each lease ends (settled, forgotten or lost): for tests and hooks.
         self.on_lease_finished: list[Callable[[], None]] = []
 
@@ -115,11 +116,20 @@ class Supervisor:
             self._log.warning("shutdown.hurried", in_flight=self.in_flight)
             self._drain_scope.deadline = min(self._drain_scope.deadline, hurry)
 
-    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        context = WorkerContext(self.backend, self.metrics, self.request_shutdown)
+    async def prepare(self) -> None:
+        """Run the start-up hooks and check every queue; `run` does it if not done yet.
+
+        Raises `QueueNotFound` (or another `FatalBackendError`) before anything is received.
+        """
+        if self.queues:
+            return
         for hook in self.app.startup_hooks:
-            await hook(context)
+            await hook(self._context)
         await self._check_queues()
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        await self.prepare()
+        context = self._context
         async with anyio.create_task_group() as services:
             await services.start(self.keeper.run)
             await services.start(self.settler.run)

@@ -118,6 +118,7 @@ async def run_worker(
     observers = [lambda m, o, s: harness._observe(m, o, s)]
     supervisor = Supervisor(app, backend, metrics=metrics, observers=observers)
     harness = WorkerHarness(supervisor, backend)
+    await supervisor.prepare()  # a missing queue raises here, not inside a task group
     supervisor.on_lease_finished.append(lambda: harness._changed.set())
     async with anyio.create_task_group() as tasks:
         await tasks.start(supervisor.run)
