@@ -254,8 +254,14 @@ async def test_handler_can_extend_its_own_lease() -> None:
 
 
 async def test_adaptive_extension_follows_handler_durations() -> None:
-    lease = LeaseConfig(visibility_s=30, extension_s=30, renew_margin_s=5, adaptive=True,
-                        adaptive_min_s=10, adaptive_max_s=600)
+    lease = LeaseConfig(
+        visibility_s=30,
+        extension_s=30,
+        renew_margin_s=5,
+        adaptive=True,
+        adaptive_min_s=10,
+        adaptive_max_s=600,
+    )
     app = _app(lease=lease, max_in_flight=1)
 
     @app.handler("jobs")
