@@ -156,9 +156,8 @@ class Queue:
                 self.remove(message)
         while self._timers and self._timers[0][0] <= now:
             _, _, generation, message_id = heapq.heappop(self._timers)
-            message = self.messages.get(message_id)
-            if message is not None and message.generation == generation:
-                self._make_visible(message)
+            if self._is_live(generation, message_id):
+                self._make_visible(self.messages[message_id])
         while self._dedup_expiries and self._dedup_expiries[0][0] <= now:
             expires_at, dedup_id = heapq.heappop(self._dedup_expiries)
             if self._dedup.get(dedup_id, (None, ""))[0] == expires_at:
@@ -167,10 +166,9 @@ class Queue:
     def next_timer(self) -> float | None:
         """When the next DELAYED or IN_FLIGHT message turns VISIBLE (call after `settle`)."""
         while self._timers:
-            _, _, generation, message_id = self._timers[0]
-            message = self.messages.get(message_id)
-            if message is not None and message.generation == generation:
-                return self._timers[0][0]
+            visible_at, _, generation, message_id = self._timers[0]
+            if self._is_live(generation, message_id):
+                return visible_at
             heapq.heappop(self._timers)
         return None
 
@@ -184,6 +182,10 @@ class Queue:
         if message.group_id is not None and self.config.fifo:
             self._groups.setdefault(message.group_id, _Group()).ids[message.message_id] = None
         heapq.heappush(self._expiries, (expires_at, next(self._tiebreak), message.message_id))
+        if len(self._expiries) > 2 * len(self.messages) + 64:
+            # Deleted messages leave their entries for days of retention; prune them.
+            self._expiries = [e for e in self._expiries if e[2] in self.messages]
+            heapq.heapify(self._expiries)
         if message.visible_at > now:
             message.state = MessageState.DELAYED
             self.delayed.add(message.message_id)
@@ -360,6 +362,16 @@ class Queue:
     def _push_timer(self, message: Message) -> None:
         entry = (message.visible_at, next(self._tiebreak), message.generation, message.message_id)
         heapq.heappush(self._timers, entry)
+        # Each extension leaves a stale entry that is only dropped when it comes due; with
+        # long visibilities extended often they would pile up, so prune now and then
+        # (amortized O(1): the heap at least halves each time).
+        if len(self._timers) > 2 * len(self.messages) + 64:
+            self._timers = [t for t in self._timers if self._is_live(t[2], t[3])]
+            heapq.heapify(self._timers)
+
+    def _is_live(self, generation: int, message_id: str) -> bool:
+        message = self.messages.get(message_id)
+        return message is not None and message.generation == generation
 
     def _make_visible(self, message: Message) -> None:
         message_id = message.message_id

@@ -85,12 +85,14 @@ class MemoryBackend:
         while True:
             changed = anyio.Event()
             with self._watching(queue, changed):
+                # Asked before the receive: a message due in between is then either taken
+                # or makes the wait end at once, never waits for a later wakeup.
+                wakeup = self._engine.next_wakeup(queue)
                 got = self._engine.receive(
                     queue, max_messages, visibility_s=visibility_s, long_poll=wait_s > 0
                 )
                 if got or self._clock.now() >= deadline:
                     return got
-                wakeup = self._engine.next_wakeup(queue)
                 await self._wait(changed, deadline if wakeup is None else min(deadline, wakeup))
             self._check_open()
 

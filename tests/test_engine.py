@@ -19,6 +19,7 @@ from worker.errors import FatalBackendError, OverLimit, QueueNotFound
 from worker.types import (
     BatchResult,
     Deletion,
+    MessageAttribute,
     OutgoingMessage,
     ReceivedMessage,
     RedrivePolicy,
@@ -357,6 +358,14 @@ def test_received_attributes_are_spelled_like_sqs(
     assert second.attributes["ApproximateFirstReceiveTimestamp"] == str(sent_ms + 2000)
     assert "MessageGroupId" not in first.attributes
     assert first.receipt_handle != second.receipt_handle
+
+
+def test_message_attributes_come_back(engine: MemoryEngine) -> None:
+    engine.create_queue("jobs")
+    attributes = {"kind": MessageAttribute("String", string_value="invoice")}
+    send(engine, "jobs", "a", message_attributes=attributes)
+    [message] = engine.receive("jobs")
+    assert dict(message.message_attributes) == attributes
 
 
 def test_fifo_attributes(engine: MemoryEngine) -> None:
@@ -853,3 +862,20 @@ def test_one_hundred_thousand_messages_in_flight(
     assert engine.counts("jobs") == QueueCounts(0, 0, 0)
     assert sorted(int(m.body) for m in received) == list(range(total))
     assert engine.next_wakeup("jobs") is None
+
+
+def test_stale_heap_entries_do_not_pile_up(engine: MemoryEngine, clock: ManualClock) -> None:
+    engine.create_queue("jobs")
+    send(engine, "jobs", "a")
+    [message] = engine.receive("jobs", visibility_s=600)
+    for _ in range(1_000):
+        clock.advance(1)
+        assert only_code(extend(engine, "jobs", message.receipt_handle, 600)) is None
+    for _ in range(1_000):
+        send(engine, "jobs", "b")
+        [got] = engine.receive("jobs", visibility_s=1)
+        delete(engine, "jobs", got.receipt_handle)
+    queue = engine._queues["jobs"]
+    assert len(queue._timers) < 100
+    assert len(queue._expiries) < 100
+    assert engine.counts("jobs") == QueueCounts(visible=0, in_flight=1, delayed=0)
