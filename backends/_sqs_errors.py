@@ -1,6 +1,11 @@
-"""botocore's exceptions, mapped onto the `worker.errors` tree. Only SQS code imports this.
+"""What SQS refuses: calls checked before they leave, and botocore's exceptions mapped onto the
+`worker.errors` tree after. Only SQS code imports this.
 
-The rules, in the order they are tried:
+Before a call, a batch with more entries than `Limits` allows, repeated entry ids, an entry id
+SQS would reject, or a visibility or wait out of range is a `ValueError` (a caller's bug, not
+the service's answer): the call never leaves.
+
+After a call, the rules, in the order they are tried:
 
 1. A `ClientError` is classified by its error code. SQS speaks JSON but is query-compatible,
    so botocore may report either spelling of one code (`AWS.SimpleQueueService.NonExistentQueue`
@@ -24,6 +29,8 @@ Rate exceeded`` and carries `operation`, `queue` and `code`.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from typing import Any
 
 import aiohttp
@@ -38,6 +45,7 @@ from botocore.exceptions import (
 )
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
+from worker.backend import Limits
 from worker.errors import (
     AccessDenied,
     BackendError,
@@ -47,7 +55,9 @@ from worker.errors import (
     TransientBackendError,
 )
 
-__all__ = ["classify_code", "map_error"]
+__all__ = ["check_entry_ids", "check_receive", "check_visibility", "classify_code", "map_error"]
+
+_ENTRY_ID = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
 
 _QUERY_PREFIX = "AWS.SimpleQueueService."
 _MAX_DETAIL = 300
@@ -172,3 +182,31 @@ def map_error(exc: BaseException, *, operation: str, queue: str = "") -> Backend
     return _build(
         cls, operation=operation, queue=queue, code=type(exc).__name__, detail=str(exc)
     )
+
+
+def check_entry_ids(operation: str, ids: Sequence[str], limit: int) -> None:
+    if len(ids) > limit:
+        raise ValueError(f"{operation}: {len(ids)} entries, at most {limit} per call")
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"{operation}: entry ids must be distinct, got {sorted(ids)}")
+    for entry_id in ids:
+        if not _ENTRY_ID.match(entry_id):
+            raise ValueError(
+                f"{operation}: entry id {entry_id!r} must be 1-80 letters, digits, '-' or '_'"
+            )
+
+
+def check_visibility(operation: str, visibility_s: int, limits: Limits) -> None:
+    if not 0 <= visibility_s <= limits.max_visibility_s:
+        raise ValueError(
+            f"{operation}: visibility {visibility_s} s outside 0..{limits.max_visibility_s}"
+        )
+
+
+def check_receive(limits: Limits, *, max_messages: int, wait_s: float) -> None:
+    if not 1 <= max_messages <= limits.receive_batch:
+        raise ValueError(
+            f"ReceiveMessage: max_messages={max_messages} outside 1..{limits.receive_batch}"
+        )
+    if not 0 <= wait_s <= limits.max_wait_s:
+        raise ValueError(f"ReceiveMessage: wait_s={wait_s} outside 0..{limits.max_wait_s}")

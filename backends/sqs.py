@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ from aiobotocore.session import AioSession
 from botocore import xform_name
 from botocore.exceptions import NoRegionError
 
-from backends._sqs_errors import map_error
+from backends._sqs_errors import check_entry_ids, check_receive, check_visibility, map_error
 from worker.backend import SQS_LIMITS, Limits
 from worker.errors import ConfigError, QueueNotFound
 from worker.types import (
@@ -47,7 +46,6 @@ from worker.types import (
 
 __all__ = ["SqsBackend", "SqsSettings"]
 
-_ENTRY_ID = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
 _LONGEST_POLL_S = 20
 
 
@@ -75,21 +73,15 @@ class SqsSettings:
     def __post_init__(self) -> None:
         if (self.access_key_id is None) != (self.secret_access_key is None):
             raise ConfigError("SqsSettings: access_key_id and secret_access_key go together")
-        if self.max_attempts < 1:
-            raise ConfigError(f"SqsSettings.max_attempts={self.max_attempts}: must be >= 1")
-        if self.connect_timeout_s <= 0:
-            raise ConfigError(
-                f"SqsSettings.connect_timeout_s={self.connect_timeout_s}: must be > 0"
-            )
-        if self.read_timeout_s <= _LONGEST_POLL_S:
-            raise ConfigError(
-                f"SqsSettings.read_timeout_s={self.read_timeout_s}: must be > {_LONGEST_POLL_S}"
-                " (the longest long poll)"
-            )
-        if self.max_pool_connections < 1:
-            raise ConfigError(
-                f"SqsSettings.max_pool_connections={self.max_pool_connections}: must be >= 1"
-            )
+        rules = (
+            ("max_attempts", self.max_attempts >= 1, ">= 1"),
+            ("connect_timeout_s", self.connect_timeout_s > 0, "> 0"),
+            ("read_timeout_s", self.read_timeout_s > _LONGEST_POLL_S, f"> {_LONGEST_POLL_S}"),
+            ("max_pool_connections", self.max_pool_connections >= 1, ">= 1"),
+        )
+        for name, ok, rule in rules:
+            if not ok:
+                raise ConfigError(f"SqsSettings.{name}={getattr(self, name)!r}: must be {rule}")
 
     def client_config(self) -> AioConfig:
         return AioConfig(
@@ -99,25 +91,6 @@ class SqsSettings:
             max_pool_connections=self.max_pool_connections,
             # Entries are built and checked here; botocore's validator would walk every call.
             parameter_validation=False,
-        )
-
-
-def _check_entry_ids(operation: str, ids: Sequence[str], limit: int) -> None:
-    if len(ids) > limit:
-        raise ValueError(f"{operation}: {len(ids)} entries, at most {limit} per call")
-    if len(set(ids)) != len(ids):
-        raise ValueError(f"{operation}: entry ids must be distinct, got {sorted(ids)}")
-    for entry_id in ids:
-        if not _ENTRY_ID.match(entry_id):
-            raise ValueError(
-                f"{operation}: entry id {entry_id!r} must be 1-80 letters, digits, '-' or '_'"
-            )
-
-
-def _check_visibility(operation: str, visibility_s: int, limits: Limits) -> None:
-    if not 0 <= visibility_s <= limits.max_visibility_s:
-        raise ValueError(
-            f"{operation}: visibility {visibility_s} s outside 0..{limits.max_visibility_s}"
         )
 
 
@@ -329,13 +302,7 @@ class SqsBackend:
     async def receive(
         self, queue: str, *, max_messages: int, wait_s: float, visibility_s: int | None = None
     ) -> Sequence[ReceivedMessage]:
-        limits = self.limits
-        if not 1 <= max_messages <= limits.receive_batch:
-            raise ValueError(
-                f"ReceiveMessage: max_messages={max_messages} outside 1..{limits.receive_batch}"
-            )
-        if not 0 <= wait_s <= limits.max_wait_s:
-            raise ValueError(f"ReceiveMessage: wait_s={wait_s} outside 0..{limits.max_wait_s}")
+        check_receive(self.limits, max_messages=max_messages, wait_s=wait_s)
         params: dict[str, Any] = {
             "QueueUrl": await self._url(queue),
             "MaxNumberOfMessages": max_messages,
@@ -345,7 +312,7 @@ class SqsBackend:
             "MessageAttributeNames": ["All"],
         }
         if visibility_s is not None:
-            _check_visibility("ReceiveMessage", visibility_s, limits)
+            check_visibility("ReceiveMessage", visibility_s, self.limits)
             params["VisibilityTimeout"] = visibility_s
         response = await self._call("ReceiveMessage", queue, **params)
         return [_message_from_wire(queue, raw) for raw in response.get("Messages") or []]
@@ -360,9 +327,9 @@ class SqsBackend:
         self, queue: str, entries: Sequence[VisibilityChange], limit: int
     ) -> BatchResult:
         operation = "ChangeMessageVisibilityBatch"
-        _check_entry_ids(operation, [entry.entry_id for entry in entries], limit)
+        check_entry_ids(operation, [entry.entry_id for entry in entries], limit)
         for entry in entries:
-            _check_visibility(operation, entry.visibility_s, self.limits)
+            check_visibility(operation, entry.visibility_s, self.limits)
         if not entries:
             return BatchResult()
         wire = [
@@ -378,7 +345,7 @@ class SqsBackend:
 
     async def delete(self, queue: str, entries: Sequence[Deletion]) -> BatchResult:
         operation = "DeleteMessageBatch"
-        _check_entry_ids(operation, [entry.entry_id for entry in entries], self.limits.delete_batch)
+        check_entry_ids(operation, [entry.entry_id for entry in entries], self.limits.delete_batch)
         if not entries:
             return BatchResult()
         wire = [{"Id": entry.entry_id, "ReceiptHandle": entry.receipt_handle} for entry in entries]
@@ -387,7 +354,7 @@ class SqsBackend:
 
     async def send(self, queue: str, messages: Sequence[OutgoingMessage]) -> BatchResult:
         operation = "SendMessageBatch"
-        _check_entry_ids(operation, [m.entry_id for m in messages], self.limits.send_batch)
+        check_entry_ids(operation, [m.entry_id for m in messages], self.limits.send_batch)
         if not messages:
             return BatchResult()
         wire = [_send_entry(message) for message in messages]
