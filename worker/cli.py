@@ -45,56 +45,87 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     run = commands.add_parser(
         "run",
-        help="run a worker application",
-        description="Run APP (module:attribute of a lease-worker Worker) until SIGTERM/SIGINT. "
-        "Every option can also be set as LEASE_WORKER_<OPTION> (e.g. LEASE_WORKER_BACKEND=sqs).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        help="run a worker application until SIGTERM/SIGINT",
+        description="Run APP (module:attribute naming a lease-worker Worker) until SIGTERM or "
+        "SIGINT; a second signal cuts the drain short. Each option can also be set in the "
+        "environment as LEASE_WORKER_<OPTION>, e.g. LEASE_WORKER_BACKEND=sqs or "
+        "LEASE_WORKER_MAX_IN_FLIGHT=50. Lease and flow options default to the app's "
+        "WorkerConfig.",
     )
-    run.add_argument(
-        "app", metavar="APP", help="the worker, as module:attribute (e.g. examples.hello:app)"
-    )
+    run.add_argument("app", metavar="APP", help="the worker, e.g. examples.hello:app")
     where = run.add_argument_group("queue service")
     where.add_argument(
         "--backend",
         choices=["memory", "sqs"],
         default=_env("BACKEND", "memory"),
-        help="memory: the embedded in-memory engine; sqs: Amazon SQS",
+        help="memory: the embedded in-memory engine (default); sqs: Amazon SQS",
     )
-    where.add_argument("--region", default=_env("REGION"), help="AWS region (default: AWS chain)")
+    where.add_argument(
+        "--region",
+        default=_env("REGION"),
+        help="AWS region (default: the AWS chain, e.g. AWS_REGION)",
+    )
     where.add_argument(
         "--endpoint-url",
         default=_env("ENDPOINT_URL"),
-        help="SQS endpoint (moto, LocalStack, a VPC endpoint)",
+        metavar="URL",
+        help="another SQS endpoint (moto, LocalStack, a VPC endpoint)",
     )
     where.add_argument(
         "--queue-url",
         action="append",
         default=_env_list("QUEUE_URL"),
         metavar="NAME=URL",
-        help="use URL for the handler of queue NAME (repeatable)",
+        help="use URL for the handler of queue NAME; repeatable (env: comma-separated)",
     )
-    leases = run.add_argument_group("leases (default: the application's WorkerConfig)")
-    leases.add_argument("--visibility-s", type=int, default=_env("VISIBILITY_S"))
-    leases.add_argument("--extension-s", type=int, default=_env("EXTENSION_S"))
-    leases.add_argument("--renew-margin-s", type=float, default=_env("RENEW_MARGIN_S"))
-    leases.add_argument("--max-lease-s", type=float, default=_env("MAX_LEASE_S"))
+    leases = run.add_argument_group("leases")
+    leases.add_argument(
+        "--visibility-s",
+        type=int,
+        default=_env("VISIBILITY_S"),
+        metavar="S",
+        help="visibility asked for at receive",
+    )
+    leases.add_argument(
+        "--extension-s",
+        type=int,
+        default=_env("EXTENSION_S"),
+        metavar="S",
+        help="visibility set by each renewal",
+    )
+    leases.add_argument(
+        "--renew-margin-s",
+        type=float,
+        default=_env("RENEW_MARGIN_S"),
+        metavar="S",
+        help="renew this long before the deadline",
+    )
+    leases.add_argument(
+        "--max-lease-s",
+        type=float,
+        default=_env("MAX_LEASE_S"),
+        metavar="S",
+        help="cancel a handler this long after its receive (at most 43200)",
+    )
     leases.add_argument(
         "--adaptive",
         action="store_true",
         default=_env("ADAPTIVE") == "1",
-        help="extension length from the p99 of observed handler durations",
+        help="pick the extension from the p99 of handler durations",
     )
     flow = run.add_argument_group("flow and shutdown")
     flow.add_argument(
         "--max-in-flight",
         type=int,
         default=_env("MAX_IN_FLIGHT"),
+        metavar="N",
         help="messages held at once per queue",
     )
     flow.add_argument(
         "--grace-s",
         type=float,
         default=_env("GRACE_S"),
+        metavar="S",
         help="drain time after SIGTERM before unfinished messages are released",
     )
     ops = run.add_argument_group("operations")
@@ -102,14 +133,41 @@ def build_parser() -> argparse.ArgumentParser:
         "--metrics-port",
         type=int,
         default=_env("METRICS_PORT"),
-        help="serve Prometheus metrics on this port (off by default)",
+        metavar="PORT",
+        help="serve Prometheus metrics on this port (default: off)",
     )
-    ops.add_argument("--metrics-addr", default=_env("METRICS_ADDR", "0.0.0.0"))
     ops.add_argument(
-        "--log-format", choices=["console", "json"], default=_env("LOG_FORMAT", "json")
+        "--metrics-addr",
+        default=_env("METRICS_ADDR", "0.0.0.0"),
+        metavar="ADDR",
+        help="address for the metrics server (default: 0.0.0.0)",
     )
-    ops.add_argument("--log-level", default=_env("LOG_LEVEL", "info"))
+    ops.add_argument(
+        "--log-format",
+        choices=["console", "json"],
+        default=_env("LOG_FORMAT", "json"),
+        help="log lines (default: json)",
+    )
+    ops.add_argument(
+        "--log-level",
+        default=_env("LOG_LEVEL", "info"),
+        choices=["debug", "info", "warning", "error"],
+        help="(default: info)",
+    )
     return parser
+
+
+def _check_env_choices(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    # argparse checks choices on the command line only, not on defaults from the environment.
+    allowed = {
+        "backend": ("memory", "sqs"),
+        "log_format": ("console", "json"),
+        "log_level": ("debug", "info", "warning", "error"),
+    }
+    for name, choices in allowed.items():
+        value = getattr(args, name, None)
+        if value is not None and value not in choices:
+            parser.error(f"{_ENV}{name.upper()}={value!r}: choose from {', '.join(choices)}")
 
 
 def _env_list(name: str) -> list[str]:
@@ -234,6 +292,7 @@ async def _watch_signals(supervisor: Supervisor) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    _check_env_choices(parser, args)
     try:
         configure_logging(fmt=args.log_format, level=args.log_level)
         app = load_app(args.app)

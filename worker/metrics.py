@@ -3,9 +3,10 @@ unless asked). Labels are queues, outcomes and error codes: never message ids.""
 
 from __future__ import annotations
 
+import anyio
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-__all__ = ["Metrics"]
+__all__ = ["Metrics", "watch_loop_lag"]
 
 _DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600, 14400, 43200)
 _TIME_LEFT_BUCKETS = (0, 1, 2, 5, 10, 15, 20, 30, 60, 120, 600)
@@ -86,3 +87,11 @@ class Metrics:
         """A sample's current value (0 when absent): for tests and the CLI's summary."""
         found = self.registry.get_sample_value(name, labels)
         return 0.0 if found is None else found
+
+
+async def watch_loop_lag(metrics: Metrics, *, interval_s: float = 5.0) -> None:
+    """Set `event_loop_lag_seconds` to how late each wake-up comes: a blocked loop shows."""
+    while True:
+        expected = anyio.current_time() + interval_s
+        await anyio.sleep_until(expected)
+        metrics.loop_lag.set(max(0.0, anyio.current_time() - expected))

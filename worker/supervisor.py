@@ -33,7 +33,7 @@ from worker.errors import ConfigError, FatalBackendError
 from worker.execution import Executor, Observer
 from worker.lease import Lease
 from worker.lease_keeper import LeaseKeeper
-from worker.metrics import Metrics
+from worker.metrics import Metrics, watch_loop_lag
 from worker.outcome import Outcome
 from worker.receiver import Receiver, Slots
 from worker.settler import Settler
@@ -133,6 +133,7 @@ class Supervisor:
         async with anyio.create_task_group() as services:
             await services.start(self.keeper.run)
             await services.start(self.settler.run)
+            services.start_soon(watch_loop_lag, self.metrics)
             async with anyio.create_task_group() as handlers:
                 self._handlers = handlers
                 await self._receive_until_stopped(services, context, task_status)
