@@ -311,10 +311,15 @@ class MemoryEngine:
             _fail(op, name, "InvalidParameterValue", f"VisibilityTimeout={visibility_s}")
         room = self.max_in_flight - len(state.in_flight)
         if room <= 0 and not long_poll:
-            raise OverLimit(f"{name}: too many messages in flight", operation=op, queue=name,
-                            code="OverLimit")
-        taken = state.take(max_messages, room=max(room, 0),
-                           deliver=self._deliverer(visibility_s), redrive=self._redriver(state))
+            raise OverLimit(
+                f"{name}: too many messages in flight", operation=op, queue=name, code="OverLimit"
+            )
+        taken = state.take(
+            max_messages,
+            room=max(room, 0),
+            deliver=self._deliverer(visibility_s),
+            redrive=self._redriver(state),
+        )
         if taken.redriven:
             self._store_redriven(state, taken.redriven)
         return [received_message(state.config, message) for message in taken.delivered]
@@ -331,10 +336,16 @@ class MemoryEngine:
         for entry in entries:
             if not low <= entry.visibility_s <= high:
                 problem: tuple[str, str] | None = (
-                    "InvalidParameterValue", f"visibility {entry.visibility_s} not in {low}-{high}")
+                    "InvalidParameterValue",
+                    f"visibility {entry.visibility_s} not in {low}-{high}",
+                )
             else:
-                problem = state.change_visibility(entry.receipt_handle, entry.visibility_s, now,
-                                                  max_lease_s=self.dialect.max_lease_s)
+                problem = state.change_visibility(
+                    entry.receipt_handle,
+                    entry.visibility_s,
+                    now,
+                    max_lease_s=self.dialect.max_lease_s,
+                )
             if problem is None:
                 succeeded.append(entry.entry_id)
             else:
@@ -353,8 +364,13 @@ class MemoryEngine:
             if state.delete(entry.receipt_handle):
                 succeeded.append(entry.entry_id)
             else:
-                failed.append(EntryFailure(entry.entry_id, "ReceiptHandleIsInvalid",
-                                           "not the latest receipt handle of a stored message"))
+                failed.append(
+                    EntryFailure(
+                        entry.entry_id,
+                        "ReceiptHandleIsInvalid",
+                        "not the latest receipt handle of a stored message",
+                    )
+                )
         if succeeded:
             # Fewer in flight may unblock a FIFO group or a long poll held at the quota.
             self._notify(state.config.name)
@@ -413,8 +429,12 @@ class MemoryEngine:
         name = self.queue_name(queue)
         state = self._queues.get(name)
         if state is None:
-            raise QueueNotFound(f"queue {name!r} does not exist", operation=operation,
-                                queue=name, code=_SQS + "NonExistentQueue")
+            raise QueueNotFound(
+                f"queue {name!r} does not exist",
+                operation=operation,
+                queue=name,
+                code=_SQS + "NonExistentQueue",
+            )
         return state
 
     def _settled(self, queue: str, operation: str) -> Queue:
@@ -474,8 +494,9 @@ class MemoryEngine:
 
 
 def _fail(operation: str, queue: str, code: str, reason: str) -> NoReturn:
-    raise FatalBackendError(f"{operation} on {queue!r}: {code}: {reason}",
-                            operation=operation, queue=queue, code=code)
+    raise FatalBackendError(
+        f"{operation} on {queue!r}: {code}: {reason}", operation=operation, queue=queue, code=code
+    )
 
 
 def _check_batch(operation: str, queue: str, ids: Sequence[str], dialect: Dialect) -> None:
@@ -483,8 +504,12 @@ def _check_batch(operation: str, queue: str, ids: Sequence[str], dialect: Dialec
     if not ids:
         _fail(operation, queue, _SQS + "EmptyBatchRequest", "no entries")
     if len(ids) > dialect.max_batch_entries:
-        _fail(operation, queue, _SQS + "TooManyEntriesInBatchRequest",
-              f"{len(ids)} entries, at most {dialect.max_batch_entries}")
+        _fail(
+            operation,
+            queue,
+            _SQS + "TooManyEntriesInBatchRequest",
+            f"{len(ids)} entries, at most {dialect.max_batch_entries}",
+        )
     if not all(_ENTRY_ID.match(entry_id) for entry_id in ids):
         _fail(operation, queue, _SQS + "InvalidBatchEntryId", "ids are 1-80 of [A-Za-z0-9_-]")
     if len(set(ids)) != len(ids):
@@ -501,11 +526,19 @@ def _check_attributes(config: QueueConfig, dialect: Dialect) -> None:
         ranges.append(("maxReceiveCount", config.redrive.max_receive_count, 1, 1_000))
     for attribute, value, low, high in ranges:
         if not low <= value <= high:
-            _fail("CreateQueue", config.name, "InvalidAttributeValue",
-                  f"{attribute}={value} is not in {low}-{high}")
+            _fail(
+                "CreateQueue",
+                config.name,
+                "InvalidAttributeValue",
+                f"{attribute}={value} is not in {low}-{high}",
+            )
     if config.content_based_deduplication and not config.fifo:
-        _fail("CreateQueue", config.name, "InvalidAttributeName",
-              "ContentBasedDeduplication is for FIFO queues")
+        _fail(
+            "CreateQueue",
+            config.name,
+            "InvalidAttributeName",
+            "ContentBasedDeduplication is for FIFO queues",
+        )
 
 
 def _send_problem(

@@ -78,9 +78,12 @@ class MemoryBackend:
         await self._checkpoint()
         if not 0 <= wait_s <= SQS_LIMITS.max_wait_s:
             name = self._engine.queue_name(queue)
-            raise FatalBackendError(f"WaitTimeSeconds={wait_s} is not in 0-20",
-                                    operation="ReceiveMessage", queue=name,
-                                    code="InvalidParameterValue")
+            raise FatalBackendError(
+                f"WaitTimeSeconds={wait_s} is not in 0-20",
+                operation="ReceiveMessage",
+                queue=name,
+                code="InvalidParameterValue",
+            )
         deadline = self._clock.now() + wait_s
         while True:
             changed = anyio.Event()
@@ -191,4 +194,3 @@ class MemoryBackend:
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError("this MemoryBackend is closed")
-

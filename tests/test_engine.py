@@ -294,8 +294,11 @@ def test_redrive_by_url_and_delivers_the_next_message(engine: MemoryEngine) -> N
 
 def test_redrive_on_fifo_keeps_group_and_dedup_id(engine: MemoryEngine) -> None:
     engine.create_queue("dlq.fifo")
-    engine.create_queue("jobs.fifo", redrive=RedrivePolicy("dlq.fifo", max_receive_count=1),
-                        content_based_deduplication=True)
+    engine.create_queue(
+        "jobs.fifo",
+        redrive=RedrivePolicy("dlq.fifo", max_receive_count=1),
+        content_based_deduplication=True,
+    )
     send(engine, "jobs.fifo", "a", "b", group_id="g")
     [first] = engine.receive("jobs.fifo", 1, visibility_s=0)
     assert first.body == "a"
@@ -340,9 +343,7 @@ def test_standard_dlq_keeps_the_retention_clock(engine: MemoryEngine, clock: Man
 # -- attributes and handles ------------------------------------------------------------------
 
 
-def test_received_attributes_are_spelled_like_sqs(
-    engine: MemoryEngine, clock: ManualClock
-) -> None:
+def test_received_attributes_are_spelled_like_sqs(engine: MemoryEngine, clock: ManualClock) -> None:
     engine.create_queue("jobs")
     send(engine, "jobs", "a")
     sent_ms = int(WALL * 1000)
@@ -573,9 +574,7 @@ def test_invalid_messages_fail_per_entry(
 
 
 @pytest.mark.parametrize("sizes", [[1_048_577], [600_000, 500_000]])
-def test_a_batch_over_the_size_limit_fails_the_call(
-    engine: MemoryEngine, sizes: list[int]
-) -> None:
+def test_a_batch_over_the_size_limit_fails_the_call(engine: MemoryEngine, sizes: list[int]) -> None:
     engine.create_queue("jobs")
     batch = [OutgoingMessage(body="x" * size, entry_id=f"e{i}") for i, size in enumerate(sizes)]
     with pytest.raises(FatalBackendError) as caught:
@@ -676,10 +675,14 @@ def test_content_based_deduplication_hashes_the_body(engine: MemoryEngine) -> No
     [
         (OutgoingMessage(body="a", deduplication_id="d"), "MissingParameter"),
         (OutgoingMessage(body="a", group_id="g"), "InvalidParameterValue"),
-        (OutgoingMessage(body="a", group_id="g", deduplication_id="d", delay_s=1),
-         "InvalidParameterValue"),
-        (OutgoingMessage(body="a", group_id="g" * 129, deduplication_id="d"),
-         "InvalidParameterValue"),
+        (
+            OutgoingMessage(body="a", group_id="g", deduplication_id="d", delay_s=1),
+            "InvalidParameterValue",
+        ),
+        (
+            OutgoingMessage(body="a", group_id="g" * 129, deduplication_id="d"),
+            "InvalidParameterValue",
+        ),
         (OutgoingMessage(body="a", group_id="g", deduplication_id="d\n"), "InvalidParameterValue"),
     ],
 )
@@ -784,7 +787,10 @@ def test_peek_shows_a_message_without_receiving_it(
     snapshot = engine.peek("jobs", message_id)
     assert snapshot is not None
     assert (snapshot.state, snapshot.visible_at, snapshot.received_at) == (
-        MessageState.DELAYED, 1002.0, None)
+        MessageState.DELAYED,
+        1002.0,
+        None,
+    )
     clock.advance(2)
     [message] = engine.receive("jobs")
     snapshot = engine.peek("jobs", message_id)
@@ -830,14 +836,13 @@ def test_the_default_dialect_is_sqs(engine: MemoryEngine) -> None:
 # -- scale -----------------------------------------------------------------------------------
 
 
-def test_one_hundred_thousand_messages_in_flight(
-    engine: MemoryEngine, clock: ManualClock
-) -> None:
+def test_one_hundred_thousand_messages_in_flight(engine: MemoryEngine, clock: ManualClock) -> None:
     total = 100_000
     engine.create_queue("jobs", visibility_timeout_s=60)
     for start in range(0, total, 10):
-        engine.send("jobs", [OutgoingMessage(body=str(start + i), entry_id=str(i))
-                             for i in range(10)])
+        engine.send(
+            "jobs", [OutgoingMessage(body=str(start + i), entry_id=str(i)) for i in range(10)]
+        )
     received: list[ReceivedMessage] = []
     while len(received) < total:
         got = engine.receive("jobs", 10)
@@ -856,8 +861,9 @@ def test_one_hundred_thousand_messages_in_flight(
     assert engine.next_wakeup("jobs") == pytest.approx(1630.0)
     for start in range(0, total, 10):
         chunk = received[start : start + 10]
-        result = engine.delete("jobs", [Deletion(str(i), m.receipt_handle)
-                                        for i, m in enumerate(chunk)])
+        result = engine.delete(
+            "jobs", [Deletion(str(i), m.receipt_handle) for i, m in enumerate(chunk)]
+        )
         assert len(result.succeeded) == len(chunk)
     assert engine.counts("jobs") == QueueCounts(0, 0, 0)
     assert sorted(int(m.body) for m in received) == list(range(total))

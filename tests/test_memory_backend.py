@@ -287,7 +287,11 @@ async def test_queue_admin(backend: MemoryBackend) -> None:
     )
     info = await backend.queue_info(url)
     assert (info.name, info.fifo, info.visibility_timeout_s, info.delay_s) == (
-        "work.fifo", True, 45, 2)
+        "work.fifo",
+        True,
+        45,
+        2,
+    )
     await backend.create_queue("redriven", redrive=RedrivePolicy(dlq, 3))
     assert (await backend.queue_info("redriven")).redrive == RedrivePolicy(dlq, 3)
     await send(backend, "jobs", "a")
