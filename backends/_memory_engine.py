@@ -31,7 +31,10 @@ Messages
 - FIFO: MessageGroupId is required (`MissingParameter`), a per-message delay is refused, a
   deduplication id (explicit, or the body's SHA-256 with ContentBasedDeduplication) is
   required; a duplicate within 5 minutes of the first send succeeds, returns the first
-  MessageId and stores nothing. Standard queues refuse a deduplication id.
+  MessageId and stores nothing. Standard queues refuse a deduplication id but keep a group id
+  (SQS fair queues do) without ordering by it.
+- A body is 1 or more characters SQS accepts (`InvalidMessageContents` otherwise); a batch
+  of more than 1 MiB in all fails whole (`AWS.SimpleQueueService.BatchRequestTooLong`).
 - At `max_in_flight` messages in flight, a short poll raises `OverLimit`; a long poll (the
   adapter's) gets fewer or none.
 

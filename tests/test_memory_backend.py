@@ -15,7 +15,13 @@ from backends.memory import MemoryBackend, MemoryEngine
 from worker.backend import SQS_LIMITS, Backend, QueueAdmin
 from worker.clock import LoopClock, ManualClock
 from worker.errors import FatalBackendError, OverLimit, QueueNotFound
-from worker.types import Deletion, OutgoingMessage, RedrivePolicy, VisibilityChange
+from worker.types import (
+    Deletion,
+    OutgoingMessage,
+    ReceivedMessage,
+    RedrivePolicy,
+    VisibilityChange,
+)
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
 
@@ -83,6 +89,33 @@ async def test_long_poll_wakes_when_a_lease_lapses(backend: MemoryBackend) -> No
 async def test_long_poll_ends_empty_at_its_deadline(backend: MemoryBackend) -> None:
     assert await backend.receive("jobs", max_messages=1, wait_s=20) == []
     assert now() == pytest.approx(20)
+
+
+class CountingEngine(MemoryEngine):
+    receives = 0
+
+    def receive(
+        self,
+        queue: str,
+        max_messages: int = 1,
+        *,
+        visibility_s: int | None = None,
+        long_poll: bool = False,
+    ) -> list[ReceivedMessage]:
+        self.receives += 1
+        return super().receive(queue, max_messages, visibility_s=visibility_s, long_poll=long_poll)
+
+
+async def test_long_poll_does_not_poll() -> None:
+    engine = CountingEngine(LoopClock())
+    backend = MemoryBackend(engine)
+    await backend.create_queue("jobs")
+    assert await backend.receive("jobs", max_messages=1, wait_s=20) == []
+    assert engine.receives == 2  # one try, one wait to the deadline, one last try
+    await send(backend, "jobs", "late", delay_s=7)
+    assert len(await backend.receive("jobs", max_messages=1, wait_s=20)) == 1
+    assert engine.receives == 4
+    assert now() == pytest.approx(27)
 
 
 async def test_short_poll_does_not_wait(backend: MemoryBackend) -> None:
