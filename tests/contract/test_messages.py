@@ -154,3 +154,13 @@ async def test_purge_empties_the_queue(backend: ContractBackend, make_queue: Mak
     await send_bodies(backend, queue, "a", "b")
     await backend.purge(queue)
     assert list(await backend.receive(queue, max_messages=10, wait_s=1)) == []
+
+
+async def test_queue_info_counts(backend: ContractBackend, make_queue: MakeQueue) -> None:
+    queue = await make_queue()
+    await send_bodies(backend, queue, "a", "b", "c")
+    await backend.send(queue, [OutgoingMessage(body="later", delay_s=60)])
+    await receive_one(backend, queue)
+    info = await backend.queue_info(queue)
+    assert (info.approximate_visible, info.approximate_in_flight) == (2, 1)
+    assert info.approximate_delayed == 1
