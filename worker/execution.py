@@ -79,8 +79,12 @@ class Executor:
 
         return in_thread
 
-    async def run(self, spec: HandlerSpec, received: ReceivedMessage, lease: Lease) -> None:
-        """The whole life of one message's handler task."""
+    def skip(self, spec: HandlerSpec, received: ReceivedMessage, lease: Lease) -> None:
+        """Release a message without running its handler (to keep a FIFO group in order)."""
+        self._finish(spec, received, lease, Outcome.SKIPPED, 0.0, self._clock.now())
+
+    async def run(self, spec: HandlerSpec, received: ReceivedMessage, lease: Lease) -> Outcome:
+        """The whole life of one message's handler task; returns its outcome."""
         with structlog.contextvars.bound_contextvars(
             queue=received.queue, message_id=received.message_id
         ):
@@ -90,6 +94,7 @@ class Executor:
                 outcome, retry_after = await self._invoke(spec, received, lease)
             finally:
                 self._finish(spec, received, lease, outcome, retry_after, started)
+        return outcome
 
     async def _invoke(
         self, spec: HandlerSpec, received: ReceivedMessage, lease: Lease
@@ -147,7 +152,8 @@ class Executor:
         now = self._clock.now()
         duration = now - started
         self._metrics.handled.labels(received.queue, outcome.value).inc()
-        self._metrics.handler_seconds.labels(received.queue).observe(duration)
+        if outcome is not Outcome.SKIPPED:
+            self._metrics.handler_seconds.labels(received.queue).observe(duration)
         if outcome is Outcome.SUCCEEDED:
             self._keeper.record_duration(duration)
         settlement = settle(

@@ -77,6 +77,11 @@ class LeaseKeeper:
         lease._requester = self._request_extension
         self._schedule_renewal(lease)
 
+    def reschedule(self, lease: Lease) -> None:
+        """The lease's deadline moved (a newer receive of the same message): follow it."""
+        if lease in self._schedule:
+            self._schedule_renewal(lease)
+
     def untrack(self, lease: Lease) -> None:
         self._schedule.discard(lease)
 
@@ -179,10 +184,14 @@ class LeaseKeeper:
             failed=len(result.failed),
             visibility_s=max(v for _, v in leases),
         )
-        self._apply(result, leases, sent_at)
+        self._apply(result, leases, [entry.receipt_handle for entry in entries], sent_at)
 
     def _apply(
-        self, result: BatchResult, leases: Sequence[tuple[Lease, int]], sent_at: float
+        self,
+        result: BatchResult,
+        leases: Sequence[tuple[Lease, int]],
+        handles: Sequence[str],
+        sent_at: float,
     ) -> None:
         succeeded = set(result.succeeded)
         failures = {failure.entry_id: failure for failure in result.failed}
@@ -190,6 +199,9 @@ class LeaseKeeper:
             entry_id = str(i)
             if entry_id in succeeded:
                 self._renewed_ok(lease, visibility, sent_at, result.new_handles.get(entry_id))
+            elif lease.receipt_handle != handles[i]:
+                # A newer receive gave the lease a new handle while this call was out.
+                self._schedule_renewal(lease)
             else:
                 failure = failures.get(entry_id) or EntryFailure(entry_id, "Missing", "no answer")
                 self._renewal_failed(lease, failure)

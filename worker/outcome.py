@@ -7,6 +7,7 @@
                                        backoff -> release after backoff(receive count)
                                        expire  -> forget: stop extending, let it lapse
     SHUTDOWN                      -> release now, so another worker takes it at once
+    SKIPPED                       -> release now: not run, to keep a FIFO group in order
     LEASE_LOST                    -> forget: the handle is no longer ours to use
 
 A release never asks for more than the backend allows in one call, nor for longer than the
@@ -31,6 +32,7 @@ class Outcome(Enum):
     FAILED = "failed"
     TIMED_OUT = "timed_out"
     SHUTDOWN = "shutdown"
+    SKIPPED = "skipped"
     LEASE_LOST = "lease_lost"
 
 
@@ -67,7 +69,7 @@ def settle(
         return FORGET
     if outcome is Outcome.RETRY:
         delay = retry_after_s
-    elif outcome is Outcome.SHUTDOWN or policy.on_error is OnError.RELEASE:
+    elif outcome in (Outcome.SHUTDOWN, Outcome.SKIPPED) or policy.on_error is OnError.RELEASE:
         delay = 0.0
     elif policy.on_error is OnError.BACKOFF:
         delay = policy.backoff.delay_s(receive_count)

@@ -68,6 +68,7 @@ class Receiver:
         metrics: Metrics,
         config: WorkerConfig,
         slots: Slots,
+        adopt: Callable[[ReceivedMessage, float, float], bool],
         dispatch: Callable[[ReceivedMessage, Lease], None],
         on_finish: Callable[[Lease], None],
         on_fatal: Callable[[FatalBackendError], None],
@@ -80,6 +81,7 @@ class Receiver:
         self._metrics = metrics
         self._config = config
         self._slots = slots
+        self._adopt = adopt
         self._dispatch = dispatch
         self._on_finish = on_finish
         self._on_fatal = on_fatal
@@ -121,6 +123,9 @@ class Receiver:
             visibility_s=lease_config.visibility_s,
         )
         for received in messages:
+            self._metrics.received.labels(self.queue).inc()
+            if self._adopt(received, sent_at, lease_config.visibility_s):
+                continue
             lease = Lease(
                 queue=self.queue,
                 message_id=received.message_id,
@@ -131,7 +136,6 @@ class Receiver:
                 on_finish=self._finished,
             )
             self._slots.take()
-            self._metrics.received.labels(self.queue).inc()
             self._metrics.in_flight.labels(self.queue).inc()
             self._keeper.track(lease)
             self._dispatch(received, lease)

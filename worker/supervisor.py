@@ -29,6 +29,7 @@ from anyio.abc import TaskGroup, TaskStatus
 from worker.app import Worker, WorkerContext
 from worker.backend import Backend
 from worker.clock import Clock, LoopClock
+from worker.dispatcher import Dispatcher
 from worker.errors import ConfigError, FatalBackendError
 from worker.execution import Executor, Observer
 from worker.lease import Lease
@@ -82,8 +83,13 @@ class Supervisor:
             sync_threads=config.sync_threads,
             observers=observers or [],
         )
+        self.dispatcher = Dispatcher(
+            executor=self.executor,
+            keeper=self.keeper,
+            spec_for=lambda queue: app.registry[queue],
+            is_fifo=lambda queue: self.queues[queue].fifo,
+        )
         self._held: set[Lease] = set()
-        self._handlers: TaskGroup | None = None
         self._stop_receiving = anyio.Event()
         self._drained = anyio.Event()
         self._drain_scope: anyio.CancelScope | None = None
@@ -135,7 +141,7 @@ class Supervisor:
             await services.start(self.settler.run)
             services.start_soon(watch_loop_lag, self.metrics)
             async with anyio.create_task_group() as handlers:
-                self._handlers = handlers
+                self.dispatcher.tasks = handlers
                 await self._receive_until_stopped(services, context, task_status)
                 await self._drain()
                 self._cancel_held()
@@ -180,19 +186,19 @@ class Supervisor:
             metrics=self.metrics,
             config=self.app.config,
             slots=slots,
+            adopt=self.dispatcher.adopt,
             dispatch=self._dispatch,
             on_finish=self._finished,
             on_fatal=self._on_fatal,
         )
 
     def _dispatch(self, received: ReceivedMessage, lease: Lease) -> None:
-        assert self._handlers is not None
         self._held.add(lease)
-        spec = self.app.registry[received.queue]
-        self._handlers.start_soon(self.executor.run, spec, received, lease)
+        self.dispatcher.dispatch(received, lease)
 
     def _finished(self, lease: Lease) -> None:
         self._held.discard(lease)
+        self.dispatcher.forget(lease)
         for listener in self.on_lease_finished:
             listener()
         if not self._held and self.stopping:
