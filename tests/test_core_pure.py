@@ -21,6 +21,9 @@ from worker import (
 from worker._histogram import DurationHistogram
 from worker._schedule import LeaseSchedule
 from worker.outcome import Action, Outcome, Settlement, settle
+from worker.preflight import check_queue
+from worker.registry import HandlerSpec
+from worker.types import QueueInfo, RedrivePolicy
 
 # -- the lease schedule ---------------------------------------------------------------------
 
@@ -243,3 +246,47 @@ def test_histogram_p99_is_clamped() -> None:
     assert histogram.percentile(50) == 10
     assert histogram.percentile(99) == 46
     assert histogram.percentile(100) == 600
+
+
+# -- preflight ------------------------------------------------------------------------------
+
+
+def _spec(on_error: ErrorPolicy | str) -> HandlerSpec:
+    app = Worker()
+    app.handler("q", on_error=on_error)(_noop)
+    return app.registry["q"]
+
+
+def _info(*, dlq: bool, fifo: bool = False, visibility: int = 30) -> QueueInfo:
+    return QueueInfo(
+        name="q",
+        url="u",
+        visibility_timeout_s=visibility,
+        fifo=fifo,
+        redrive=RedrivePolicy("q-dlq", 3) if dlq else None,
+    )
+
+
+def test_preflight_is_quiet_for_a_sound_setup() -> None:
+    assert check_queue(_spec("release"), _info(dlq=True), LeaseConfig()) == []
+
+
+def test_preflight_warns_about_expire_without_a_dlq() -> None:
+    [warning] = check_queue(_spec("expire"), _info(dlq=False), LeaseConfig())
+    assert "no dead-letter queue" in warning
+
+
+def test_preflight_warns_when_the_dlq_comes_before_the_backoff_maximum() -> None:
+    policy = ErrorPolicy(on_error=OnError.BACKOFF, backoff=Backoff(base_s=5, factor=2, max_s=900))
+    [warning] = check_queue(_spec(policy), _info(dlq=True), LeaseConfig())
+    assert "maxReceiveCount=3" in warning and "20 s" in warning
+
+
+def test_preflight_warns_about_a_visibility_timeout_within_the_margin() -> None:
+    [warning] = check_queue(_spec("release"), _info(dlq=True, visibility=5), LeaseConfig())
+    assert "VisibilityTimeout=5" in warning
+
+
+def test_preflight_warns_about_expire_on_fifo() -> None:
+    warnings = check_queue(_spec("expire"), _info(dlq=True, fifo=True), LeaseConfig())
+    assert any("FIFO" in w for w in warnings)

@@ -36,6 +36,7 @@ from worker.lease import Lease
 from worker.lease_keeper import LeaseKeeper
 from worker.metrics import Metrics, watch_loop_lag
 from worker.outcome import Outcome
+from worker.preflight import check_queue
 from worker.receiver import Receiver, Slots
 from worker.settler import Settler
 from worker.types import QueueInfo, ReceivedMessage
@@ -162,6 +163,8 @@ class Supervisor:
                 fifo=info.fifo,
                 dead_letter_queue=info.redrive.dead_letter_queue if info.redrive else None,
             )
+            for warning in check_queue(spec, info, self.app.config.lease):
+                self._log.warning("queue.config_warning", queue=spec.queue, warning=warning)
 
     async def _receive_until_stopped(
         self, services: TaskGroup, context: WorkerContext, task_status: TaskStatus[None]
