@@ -289,6 +289,16 @@ async def _watch_signals(supervisor: Supervisor) -> None:
             supervisor.request_shutdown()
 
 
+def _serve_metrics(metrics: Metrics, port: int, addr: str) -> None:
+    if not 0 <= port <= 65_535:
+        raise ConfigError(f"--metrics-port={port}: must be a port number from 0 to 65535")
+    try:
+        start_http_server(port, addr, registry=metrics.registry)
+    except OSError as error:
+        reason = f"cannot serve metrics on {addr}: {error}"
+        raise ConfigError(f"--metrics-port={port}: {reason}") from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -299,7 +309,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         app.config = _configure(app, args)
         metrics = Metrics()
         if args.metrics_port is not None:
-            start_http_server(int(args.metrics_port), args.metrics_addr, registry=metrics.registry)
+            _serve_metrics(metrics, int(args.metrics_port), args.metrics_addr)
         anyio.run(_serve, app, args, metrics)
     except (ConfigError, ValueError) as error:
         print(f"lease-worker: error: {error}", file=sys.stderr)

@@ -52,7 +52,8 @@ class LeaseConfig:
     retry_interval_s: float = 1.0
     #: Pick the extension from observed handler durations (p99), as Pub/Sub's client does.
     adaptive: bool = False
-    adaptive_min_s: int = 10
+    #: The adaptive extension's clamp; the minimum must exceed `renew_margin_s`.
+    adaptive_min_s: int = 30
     adaptive_max_s: int = 600
 
     def __post_init__(self) -> None:
