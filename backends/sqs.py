@@ -20,7 +20,7 @@ import json
 import math
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
@@ -69,8 +69,14 @@ class SqsSettings:
     #: Must exceed the 20 s long poll, or every idle receive would time out.
     read_timeout_s: float = 30.0
     max_pool_connections: int = 20
+    #: Known queue URLs by name, used instead of GetQueueUrl (another account's queues).
+    queue_urls: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "queue_urls", MappingProxyType(dict(self.queue_urls)))
+        for name, url in self.queue_urls.items():
+            if not _is_url(url):
+                raise ConfigError(f"SqsSettings.queue_urls[{name!r}]={url!r}: not an http(s) URL")
         if (self.access_key_id is None) != (self.secret_access_key is None):
             raise ConfigError("SqsSettings: access_key_id and secret_access_key go together")
         rules = (
@@ -203,9 +209,17 @@ class SqsBackend:
     a client someone else owns and closes.
     """
 
-    def __init__(self, client: Any, *, exit_stack: AsyncExitStack | None = None) -> None:
+    def __init__(
+        self,
+        client: Any,
+        *,
+        exit_stack: AsyncExitStack | None = None,
+        queue_urls: Mapping[str, str] | None = None,
+    ) -> None:
         self._client = client
         self._exit_stack = exit_stack
+        #: Given by the user: never evicted. `_urls`: resolved here, evicted when gone.
+        self._known: Mapping[str, str] = dict(queue_urls or {})
         self._urls: dict[str, str] = {}
         self._closed = False
 
@@ -231,7 +245,7 @@ class SqsBackend:
             raise ConfigError(
                 "SQS: no region (pass region= or set AWS_REGION / AWS_DEFAULT_REGION)"
             ) from exc
-        return cls(client, exit_stack=stack)
+        return cls(client, exit_stack=stack, queue_urls=settings.queue_urls)
 
     @classmethod
     @asynccontextmanager
@@ -293,7 +307,7 @@ class SqsBackend:
     async def _url(self, queue: str) -> str:
         if _is_url(queue):
             return queue
-        url = self._urls.get(queue)
+        url = self._known.get(queue) or self._urls.get(queue)
         if url is None:
             response = await self._call("GetQueueUrl", queue, QueueName=queue)
             url = self._urls[queue] = str(response["QueueUrl"])

@@ -248,6 +248,26 @@ async def test_queue_url_is_resolved_once_and_evicted_when_missing() -> None:
 
 
 @pytest.mark.asyncio
+async def test_known_queue_urls_skip_get_queue_url() -> None:
+    client = MagicMock()
+    client.get_queue_url = AsyncMock(side_effect=AssertionError("no lookup expected"))
+    client.receive_message = AsyncMock(side_effect=client_error("QueueDoesNotExist"))
+    backend = SqsBackend(client, queue_urls={"jobs": URL})
+    for _ in range(2):  # a known URL stays known, even after the queue was missing once
+        with pytest.raises(QueueNotFound):
+            await backend.receive("jobs", max_messages=1, wait_s=0)
+        assert client.receive_message.await_args.kwargs["QueueUrl"] == URL
+
+
+def test_settings_queue_urls_are_checked_and_frozen() -> None:
+    settings = SqsSettings(queue_urls={"jobs": URL})
+    with pytest.raises(TypeError):
+        settings.queue_urls["other"] = URL  # type: ignore[index]
+    with pytest.raises(ConfigError, match="jobs"):
+        SqsSettings(queue_urls={"jobs": "jobs"})
+
+
+@pytest.mark.asyncio
 async def test_missing_queue_name_is_queue_not_found() -> None:
     backend, client = make_backend()
     client.get_queue_url.side_effect = client_error("AWS.SimpleQueueService.NonExistentQueue")
