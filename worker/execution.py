@@ -85,15 +85,14 @@ class Executor:
 
     async def run(self, spec: HandlerSpec, received: ReceivedMessage, lease: Lease) -> Outcome:
         """The whole life of one message's handler task; returns its outcome."""
-        with structlog.contextvars.bound_contextvars(
-            queue=received.queue, message_id=received.message_id
-        ):
-            started = self._clock.now()
-            outcome, retry_after = Outcome.SHUTDOWN, 0.0
-            try:
-                outcome, retry_after = await self._invoke(spec, received, lease)
-            finally:
-                self._finish(spec, received, lease, outcome, retry_after, started)
+        # Each task runs in its own copy of the context: no need to unbind afterwards.
+        structlog.contextvars.bind_contextvars(queue=received.queue, message_id=received.message_id)
+        started = self._clock.now()
+        outcome, retry_after = Outcome.SHUTDOWN, 0.0
+        try:
+            outcome, retry_after = await self._invoke(spec, received, lease)
+        finally:
+            self._finish(spec, received, lease, outcome, retry_after, started)
         return outcome
 
     async def _invoke(

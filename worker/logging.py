@@ -42,5 +42,5 @@ def configure_logging(*, fmt: LogFormat = "console", level: str = "info") -> Non
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
-        cache_logger_on_first_use=False,
+        cache_logger_on_first_use=True,
     )

@@ -65,8 +65,7 @@ class Settler:
         self._first_at: dict[_Key, float] = {}
         self._wake = anyio.Event()
         self._calls_in_flight = 0
-        self._idle = anyio.Event()
-        self._idle.set()
+        self._idle: anyio.Event | None = None  # made by `flush`, set when all is sent
         self._flush_all = False
 
     def submit(self, lease: Lease, settlement: Settlement) -> None:
@@ -83,7 +82,6 @@ class Settler:
         key = (lease.queue, settlement.action)
         self._pending.setdefault(key, []).append((lease, settlement.visibility_s))
         self._first_at.setdefault(key, self._clock.now())
-        self._idle = anyio.Event() if self._idle.is_set() else self._idle
         self._wake.set()
 
     @property
@@ -92,9 +90,11 @@ class Settler:
 
     async def flush(self) -> None:
         """Send everything pending now and wait until no call is in flight."""
-        self._flush_all = True
-        self._wake.set()
-        await self._idle.wait()
+        while self._pending or self._calls_in_flight:
+            self._flush_all = True
+            self._idle = self._idle or anyio.Event()
+            self._wake.set()
+            await self._idle.wait()
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         async with anyio.create_task_group() as calls:
@@ -131,7 +131,9 @@ class Settler:
     def _update_idle(self) -> None:
         if not self._pending and self._calls_in_flight == 0:
             self._flush_all = False
-            self._idle.set()
+            if self._idle is not None:
+                self._idle.set()
+                self._idle = None
 
     def _batch_size(self, action: Action) -> int:
         limits = self._backend.limits

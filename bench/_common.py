@@ -1,0 +1,55 @@
+"""What the benchmarks share: timing, virtual-time loops, queue filling."""
+
+from __future__ import annotations
+
+import asyncio
+import resource
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import anyio
+
+from backends.memory import MemoryBackend
+from worker.types import OutgoingMessage
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    wall_s: float
+    cpu_s: float
+
+
+def measure(func: Callable[[], T]) -> tuple[T, Timing]:
+    wall, cpu = time.perf_counter(), time.process_time()
+    result = func()
+    return result, Timing(time.perf_counter() - wall, time.process_time() - cpu)
+
+
+def run_async(func: Callable[[], Awaitable[T]], *, virtual_time: bool = False) -> T:
+    """Run on a fresh asyncio loop; with `virtual_time`, sleeps take no real time (looptime)."""
+    options: dict[str, Any] = {}
+    if virtual_time:
+        import looptime
+
+        options["loop_factory"] = lambda: looptime.new_event_loop(start=0)
+    else:
+        options["loop_factory"] = asyncio.new_event_loop
+    return anyio.run(func, backend="asyncio", backend_options=options)  # type: ignore[arg-type]
+
+
+def max_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+async def fill(backend: MemoryBackend, queue: str, count: int, body: str = "{}") -> None:
+    """Send `count` messages straight into the engine (not part of what is measured)."""
+    engine = backend.engine
+    for start in range(0, count, 10):
+        batch = [
+            OutgoingMessage(entry_id=str(i), body=body) for i in range(min(10, count - start))
+        ]
+        engine.send(queue, batch)

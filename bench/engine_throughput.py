@@ -1,0 +1,91 @@
+"""Table 1: the worker draining N messages from the in-memory engine with a no-op async
+handler, against the bare asyncio ceiling (spawning and finishing N no-op tasks)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from dataclasses import dataclass
+
+import anyio
+
+from backends.memory import MemoryBackend
+from bench._common import Timing, fill, measure, run_async
+from worker.logging import configure_logging
+from worker import Message, Outcome, Supervisor, Worker, WorkerConfig
+from worker.outcome import Settlement
+from worker.types import ReceivedMessage
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    messages: int
+    worker: Timing
+    ceiling: Timing
+
+    @property
+    def worker_rate(self) -> float:
+        return self.messages / self.worker.wall_s
+
+    @property
+    def ceiling_rate(self) -> float:
+        return self.messages / self.ceiling.wall_s
+
+
+async def _noop_task() -> None:
+    return None
+
+
+async def bare_ceiling(count: int) -> None:
+    async with asyncio.TaskGroup() as tasks:
+        for _ in range(count):
+            tasks.create_task(_noop_task())
+
+
+async def drain(count: int, *, max_in_flight: int = 1000) -> None:
+    app = Worker(WorkerConfig(max_in_flight=max_in_flight, wait_s=1))
+
+    @app.handler("bench")
+    async def noop(message: Message) -> None:
+        return None
+
+    backend = MemoryBackend()
+    await backend.create_queue("bench")
+    await fill(backend, "bench", count)
+    done = anyio.Event()
+    handled = 0
+
+    def observe(message: ReceivedMessage, outcome: Outcome, settlement: Settlement) -> None:
+        nonlocal handled
+        handled += 1
+        if handled == count:
+            done.set()
+
+    supervisor = Supervisor(app, backend, observers=[observe])
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(supervisor.run)
+        await done.wait()
+        supervisor.request_shutdown()
+    assert backend.engine.counts("bench").visible == 0
+
+
+def run(count: int) -> Result:
+    _, ceiling = measure(lambda: run_async(lambda: bare_ceiling(count)))
+    _, worker = measure(lambda: run_async(lambda: drain(count)))
+    return Result(count, worker, ceiling)
+
+
+def main() -> None:
+    configure_logging(level="warning")
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--messages", type=int, default=100_000)
+    args = parser.parse_args()
+    result = run(args.messages)
+    print(f"messages            {result.messages}")
+    print(f"worker              {result.worker_rate:,.0f} msgs/s ({result.worker.cpu_s:.2f} s CPU)")
+    print(f"bare asyncio tasks  {result.ceiling_rate:,.0f} tasks/s")
+    print(f"ratio               {result.worker_rate / result.ceiling_rate:.3f}")
+
+
+if __name__ == "__main__":
+    main()
