@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -347,35 +348,40 @@ def test_fatal_backend_error_exits_1_with_one_line(tmp_path: Path) -> None:
     assert_one_error_line(run, 1, "'shutdown-test' does not exist")
 
 
-# -- bugs ---------------------------------------------------------------------------------
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: cli._open_backend passes queue_urls= to SqsSettings, which has no such "
-    "field: every --backend sqs run dies with a TypeError traceback",
-)
 def test_sqs_backend_without_region_is_a_config_error() -> None:
-    # No region anywhere: client creation fails before any network call.
+    # No region anywhere: client creation fails before any network call. (This once died
+    # with a TypeError: the CLI passed queue_urls= to an SqsSettings that had no such field.)
     run = lease_worker("run", APP, "--backend", "sqs")
     assert_one_error_line(run, 2, "region")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: LeaseConfig defaults renew_margin_s=10 and adaptive_min_s=10 fail their own "
-    "check renew_margin_s < adaptive_min_s, so `--adaptive` alone always exits 2",
+@pytest.mark.parametrize(
+    ("queue_url", "fragment"),
+    [("orders", "--queue-url 'orders': expected NAME=URL"), ("orders=", "expected NAME=URL")],
 )
+def test_sqs_backend_refuses_a_malformed_queue_url(queue_url: str, fragment: str) -> None:
+    run = lease_worker(
+        "run", APP, "--backend", "sqs", "--region", "us-east-1", "--queue-url", queue_url
+    )
+    assert_one_error_line(run, 2, fragment)
+
+
 def test_adaptive_flag_alone_runs(tmp_path: Path) -> None:
+    # Once refused: the defaults renew_margin_s=10 and adaptive_min_s=10 broke their own rule.
     _, report = run_app(tmp_path, "--adaptive")
     assert report["config"]["adaptive"] is True
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: --metrics-port is not validated: 99999 reaches start_http_server and ends "
-    "in an OverflowError traceback, exit 1",
-)
-def test_metrics_port_out_of_range_exits_2(tmp_path: Path) -> None:
-    run = lease_worker("run", APP, "--metrics-port", "99999")
-    assert_one_error_line(run, 2, "99999")
+@pytest.mark.parametrize("port", ["99999", "-1"])
+def test_metrics_port_out_of_range_exits_2(port: str) -> None:
+    run = lease_worker("run", APP, "--metrics-port", port)
+    assert_one_error_line(run, 2, f"--metrics-port={port}", "0 to 65535")
+
+
+def test_metrics_port_in_use_exits_2() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        run = lease_worker("run", APP, "--metrics-port", port, "--metrics-addr", "127.0.0.1")
+    assert_one_error_line(run, 2, f"--metrics-port={port}", "cannot serve metrics")

@@ -4,7 +4,8 @@ Run it as `python -m worker run tests.apps.shutdown_app:app --backend memory`. I
 hook creates the queue (unless `SHUTDOWN_APP_CREATE=0`, which leaves it to the CLI) and sends
 `SHUTDOWN_APP_MESSAGES` messages. The first `SHUTDOWN_APP_MEDIUM` handlers to start take
 `SHUTDOWN_APP_MEDIUM_S` seconds, every later one `SHUTDOWN_APP_LONG_S`; each logs
-`app.handler_started`, then `app.handler_finished` or `app.handler_cancelled`.
+`app.handler_started`, then `app.handler_finished` or `app.handler_cancelled`. With
+`SHUTDOWN_APP_SYNC=1` the handler is a synchronous function (it sleeps in a worker thread).
 
 A background task holds on until the worker cancels it, after the final flush, and then
 writes a JSON report to `SHUTDOWN_APP_REPORT`: the engine's counts, each sent message's
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +53,7 @@ class Settings:
     create: bool = _env("CREATE", "1") == "1"
     self_stop: bool = _env("SELF_STOP", "0") == "1"
     delete_queue: bool = _env("DELETE_QUEUE", "0") == "1"
+    sync: bool = _env("SYNC", "0") == "1"
 
 
 @dataclass(slots=True)
@@ -91,18 +94,32 @@ async def seed(context: WorkerContext) -> None:
     log.info("app.seeded", messages=len(state.sent))
 
 
-@app.handler(QUEUE)
-async def handle(message: Message) -> None:
+def _start(message: Message) -> tuple[str, int, float]:
     index = state.started
     state.started += 1
     kind = "medium" if index < settings.medium else "long"
     log.info("app.handler_started", kind=kind, index=index, receive_count=message.receive_count)
+    return kind, index, settings.medium_s if kind == "medium" else settings.long_s
+
+
+async def handle(message: Message) -> None:
+    kind, index, duration_s = _start(message)
     try:
-        await anyio.sleep(settings.medium_s if kind == "medium" else settings.long_s)
+        await anyio.sleep(duration_s)
     except anyio.get_cancelled_exc_class():
         log.info("app.handler_cancelled", kind=kind, index=index)
         raise
     log.info("app.handler_finished", kind=kind, index=index)
+
+
+def handle_in_thread(message: Message) -> None:
+    """The synchronous form: the runtime runs it in a worker thread and cannot stop it."""
+    kind, index, duration_s = _start(message)
+    time.sleep(duration_s)
+    log.info("app.handler_finished", kind=kind, index=index)
+
+
+app.handler(QUEUE)(handle_in_thread if settings.sync else handle)
 
 
 @app.background
