@@ -13,7 +13,6 @@ import anyio
 
 from backends.memory import MemoryBackend
 from worker.backend import Limits
-from worker.errors import BackendError
 from worker.types import (
     BatchResult,
     Deletion,
@@ -39,7 +38,7 @@ class RecordingBackend:
     inner: MemoryBackend = field(default_factory=MemoryBackend)
     calls: list[Call] = field(default_factory=list)
     #: operation -> errors to raise, one per call, before reaching the engine.
-    failures: dict[str, list[BackendError]] = field(default_factory=dict)
+    failures: dict[str, list[Exception]] = field(default_factory=dict)
 
     @property
     def engine(self) -> object:
@@ -100,8 +99,11 @@ class RecordingBackend:
         content_based_deduplication: bool = False,
     ) -> str:
         return await self.inner.create_queue(
-            name, visibility_timeout_s=visibility_timeout_s, delay_s=delay_s,
-            retention_s=retention_s, redrive=redrive,
+            name,
+            visibility_timeout_s=visibility_timeout_s,
+            delay_s=delay_s,
+            retention_s=retention_s,
+            redrive=redrive,
             content_based_deduplication=content_based_deduplication,
         )
 

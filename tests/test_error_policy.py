@@ -256,3 +256,30 @@ async def test_middleware_wraps_handlers_outermost_first() -> None:
         await harness.send("jobs", {"n": 1})
         await harness.wait_for_handled(1)
     assert order == ["outer-in", "inner-in", "handler", "inner-out", "outer-out"]
+
+
+async def test_a_backend_bug_on_any_call_never_stops_the_worker() -> None:
+    app = _app()
+    seen: list[int] = []
+
+    @app.handler("jobs")
+    async def job(message: Message) -> None:
+        seen.append(message.receive_count)
+        await anyio.sleep(40)  # one renewal at 20 s
+
+    backend = await _backend_with_dlq(5)
+    for operation in ("receive", "extend", "delete"):
+        backend.failures[operation] = [RuntimeError(f"bug in {operation}")]
+    with capture_logs() as logs:
+        async with run_worker(app, backend=backend) as harness:
+            await harness.send("jobs", {"n": 1})
+            [record] = await harness.wait_for_handled(1)
+            await harness.wait_until_idle()
+    assert record.outcome is Outcome.SUCCEEDED and seen == [1]
+    assert backend.inner.engine.counts("jobs").in_flight == 0  # deleted on the retry
+    errors = [e for e in logs if e["event"] == "backend.unexpected_error"]
+    assert sorted(e["operation"] for e in errors) == [
+        "ChangeMessageVisibilityBatch",
+        "DeleteMessageBatch",
+        "ReceiveMessage",
+    ]

@@ -172,7 +172,10 @@ class Executor:
         )
         self._settler.submit(lease, settlement)
         for observer in self._observers:
-            observer(received, outcome, settlement)
+            try:
+                observer(received, outcome, settlement)
+            except Exception:  # an observer's bug must not strand the message or the worker
+                self._log.exception("observer.failed", observer=repr(observer))
 
 
 def _decode(spec: HandlerSpec, received: ReceivedMessage) -> Any:

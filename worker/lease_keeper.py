@@ -31,13 +31,13 @@ from worker._schedule import LeaseSchedule
 from worker.backend import Backend
 from worker.clock import Clock
 from worker.config import LeaseConfig
-from worker.errors import BackendError
+from worker.errors import BackendError, TransientBackendError
 from worker.lease import Lease, LeaseState
 from worker.metrics import Metrics
 from worker.outcome import Outcome
 from worker.types import BatchResult, EntryFailure, VisibilityChange
 
-__all__ = ["LeaseKeeper"]
+__all__ = ["LeaseKeeper", "as_backend_error"]
 
 #: Entry codes that mean the handle is no longer ours: the lease is lost.
 _LOST_CODES = frozenset({"ReceiptHandleIsInvalid", "MessageNotInflight", "InvalidReceiptHandle"})
@@ -62,6 +62,7 @@ class LeaseKeeper:
         self._log = logger or structlog.get_logger("lease_worker.lease")
         self._schedule: LeaseSchedule[Lease] = LeaseSchedule()
         self._wake = anyio.Event()
+        self._sleeping_until = -math.inf
         self._durations = DurationHistogram(
             min_s=config.adaptive_min_s, max_s=config.adaptive_max_s
         )
@@ -97,7 +98,8 @@ class LeaseKeeper:
     def _schedule_renewal(self, lease: Lease, at: float | None = None) -> None:
         due = lease.deadline - self._config.renew_margin_s if at is None else at
         self._schedule.set(lease, lease.queue, due)
-        self._wake.set()
+        if due < self._sleeping_until:  # most new leases fall due after the next wake-up
+            self._wake.set()
 
     async def _request_extension(self, lease: Lease, visibility_s: int) -> None:
         limit = self._backend.limits.max_visibility_s
@@ -128,8 +130,10 @@ class LeaseKeeper:
 
     async def _sleep(self, until: float | None) -> None:
         self._wake = anyio.Event()
-        with anyio.CancelScope(deadline=math.inf if until is None else until):
+        self._sleeping_until = math.inf if until is None else until
+        with anyio.CancelScope(deadline=self._sleeping_until):
             await self._wake.wait()
+        self._sleeping_until = -math.inf
 
     def _prepare(self, leases: list[Lease]) -> list[tuple[Lease, int]]:
         """Decide, lease by lease, whether to renew now; returns (lease, visibility) pairs."""
@@ -159,7 +163,8 @@ class LeaseKeeper:
         self._metrics.renewal_calls.labels(queue).inc()
         try:
             result = await self._backend.extend(queue, entries)
-        except BackendError as error:
+        except Exception as raised:
+            error = as_backend_error(raised, self._log, "ChangeMessageVisibilityBatch", queue)
             self._log.warning(
                 "lease.renew_call_failed",
                 queue=queue,
@@ -267,3 +272,17 @@ class LeaseKeeper:
         done = self._renewed.pop(lease, None)
         if done is not None:
             done.set()
+
+
+def as_backend_error(raised: Exception, log: Any, operation: str, queue: str) -> BackendError:
+    """A backend should raise only `BackendError`s; anything else is logged as the bug it is
+    and handled like a transient failure, so that one bad call never stops the worker."""
+    if isinstance(raised, BackendError):
+        return raised
+    log.error("backend.unexpected_error", operation=operation, queue=queue, exc_info=raised)
+    return TransientBackendError(
+        f"{operation} raised {type(raised).__name__}",
+        operation=operation,
+        queue=queue,
+        code=type(raised).__name__,
+    )

@@ -22,9 +22,9 @@ from anyio.abc import TaskStatus
 from worker.backend import Backend
 from worker.clock import Clock
 from worker.config import WorkerConfig
-from worker.errors import FatalBackendError, TransientBackendError
+from worker.errors import FatalBackendError
 from worker.lease import Lease
-from worker.lease_keeper import LeaseKeeper
+from worker.lease_keeper import LeaseKeeper, as_backend_error
 from worker.metrics import Metrics
 from worker.types import ReceivedMessage
 
@@ -94,7 +94,12 @@ class Receiver:
             free = await self._slots.wait_free()
             try:
                 await self._receive_once(min(self._backend.limits.receive_batch, free))
-            except TransientBackendError as error:
+            except Exception as raised:
+                if isinstance(raised, FatalBackendError):
+                    self._metrics.receive_errors.labels(self.queue, raised.code or "fatal").inc()
+                    self._on_fatal(raised)
+                    return
+                error = as_backend_error(raised, self._log, "ReceiveMessage", self.queue)
                 self._metrics.receive_errors.labels(self.queue, error.code or "transient").inc()
                 self._log.warning(
                     "receive.failed",
@@ -106,10 +111,6 @@ class Receiver:
                 await anyio.sleep(pause)
                 pause = min(pause * 2, self._config.receive_backoff_max_s)
                 continue
-            except FatalBackendError as error:
-                self._metrics.receive_errors.labels(self.queue, error.code or "fatal").inc()
-                self._on_fatal(error)
-                return
             pause = self._config.receive_backoff_s
 
     async def _receive_once(self, count: int) -> None:

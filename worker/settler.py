@@ -32,6 +32,7 @@ from worker.backend import Backend
 from worker.clock import Clock
 from worker.errors import BackendError, TransientBackendError
 from worker.lease import Lease, LeaseState
+from worker.lease_keeper import as_backend_error
 from worker.metrics import Metrics
 from worker.outcome import Action, Settlement
 from worker.types import BatchResult, Deletion, EntryFailure, VisibilityChange
@@ -147,8 +148,13 @@ class Settler:
             self._metrics.settle_calls.labels(queue, action.value).inc()
             try:
                 result = await self._call(queue, action, items)
-            except BackendError as error:
-                self._call_failed(key, items, error)
+            except Exception as raised:
+                operation = (
+                    "DeleteMessageBatch"
+                    if action is Action.DELETE
+                    else "ChangeMessageVisibilityBatch"
+                )
+                self._call_failed(key, items, as_backend_error(raised, self._log, operation, queue))
                 return
             self._apply(queue, action, items, result)
         finally:
