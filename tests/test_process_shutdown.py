@@ -292,12 +292,6 @@ def test_idle_worker_exits_0_at_once_on_sigterm(spawn: Callable[..., WorkerProce
     assert child.report()["queue"] == {"visible": 0, "in_flight": 0, "delayed": 0}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: an abandoned synchronous handler keeps the process alive after "
-    "shutdown.complete: anyio's worker threads are not daemon threads, so the interpreter "
-    "waits for the handler to return (here an hour) before exiting",
-)
 def test_sync_stragglers_are_released_and_do_not_hold_the_exit(
     spawn: Callable[..., WorkerProcess],
 ) -> None:

@@ -5,9 +5,9 @@ lease keeper (lease lost: LEASE_LOST; hard cap: TIMED_OUT) or by the supervisor 
 of a shutdown drain (SHUTDOWN). Whatever happens, the message is handed to the settler
 exactly once, even when the task itself is cancelled from outside.
 
-Synchronous handlers run in a worker thread, so they never hold up the event loop and the
+Synchronous handlers run in a daemon thread, so they never hold up the event loop and the
 lease keeper with it. Python cannot stop a thread: a cancelled synchronous handler is
-abandoned (its result is ignored) and runs on to its end.
+abandoned (its result is ignored) and runs on to its end, or until the process exits.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any
 import anyio
 import structlog
 
+from worker._threads import DaemonThreads
 from worker.backend import Limits
 from worker.clock import Clock
 from worker.errors import DecodeError, Discard, Retry
@@ -56,7 +57,7 @@ class Executor:
         self._clock = clock
         self._metrics = metrics
         self._limits = limits
-        self._threads = anyio.CapacityLimiter(sync_threads)
+        self._threads = DaemonThreads(sync_threads)
         self._observers = observers
         self._log = logger or structlog.get_logger("lease_worker.handler")
         self._chains: dict[str, CallNext] = {}
@@ -73,9 +74,7 @@ class Executor:
         func: Callable[[Message], object] = spec.func
 
         async def in_thread(message: Message) -> None:
-            await anyio.to_thread.run_sync(
-                func, message, limiter=self._threads, abandon_on_cancel=True
-            )
+            await self._threads.run(func, message)
 
         return in_thread
 

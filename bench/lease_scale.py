@@ -1,0 +1,113 @@
+"""Table 2: N messages in flight at once, handlers longer than the visibility timeout.
+
+Virtual time (looptime): the handlers sleep 75 s against a 30 s visibility timeout and a
+10 s margin, so every lease is renewed at 20, 40 and 60 s. Reported: calls per renewal
+round against the floor ceil(N/10), leases lapsed (must be 0), CPU seconds per round, and
+the worker's memory per in-flight message (resident set growth while all N are held).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass
+
+import anyio
+
+from bench._common import fill, run_async
+from bench._counting import CountingBackend
+from worker import LeaseConfig, Message, Outcome, Supervisor, Worker, WorkerConfig
+from worker.logging import configure_logging
+from worker.outcome import Settlement
+from worker.types import ReceivedMessage
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    messages: int
+    rounds: int
+    calls_per_round: list[int]
+    floor: int
+    lapsed: int
+    cpu_s_per_round: float
+    bytes_per_message: float
+    handled: int
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * 4096
+
+
+async def _scale(count: int) -> Result:
+    lease = LeaseConfig(visibility_s=30, extension_s=30, renew_margin_s=10, coalesce_window_s=5)
+    app = Worker(WorkerConfig(lease=lease, max_in_flight=count, wait_s=1))
+    all_held = anyio.Event()
+    started = 0
+    memory: list[int] = []
+
+    @app.handler("scale")
+    async def slow(message: Message) -> None:
+        nonlocal started
+        started += 1
+        if started == count:
+            memory.append(_rss_bytes())
+            all_held.set()
+        await anyio.sleep(75)
+
+    backend = CountingBackend()
+    await backend.create_queue("scale")
+    await fill(backend, "scale", count)
+    done = anyio.Event()
+    handled = 0
+
+    def observe(message: ReceivedMessage, outcome: Outcome, settlement: Settlement) -> None:
+        nonlocal handled
+        handled += outcome is Outcome.SUCCEEDED
+        if handled == count:
+            done.set()
+
+    supervisor = Supervisor(app, backend, observers=[observe])
+    before = _rss_bytes()
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(supervisor.run)
+        await all_held.wait()
+        await done.wait()
+        supervisor.request_shutdown()
+    rounds = backend.rounds()
+    lapsed = int(sum(
+        supervisor.metrics.value("lease_worker_leases_lost_total", queue="scale", reason=reason)
+        for reason in ("lapsed", "ReceiptHandleIsInvalid", "MessageNotInflight")
+    ))
+    cpu = [r[-1][1] - r[0][1] for r in rounds]
+    return Result(
+        messages=count,
+        rounds=len(rounds),
+        calls_per_round=[len(r) for r in rounds],
+        floor=math.ceil(count / 10),
+        lapsed=lapsed,
+        cpu_s_per_round=sum(cpu) / max(1, len(cpu)),
+        bytes_per_message=(memory[0] - before) / count if memory else float("nan"),
+        handled=handled,
+    )
+
+
+def run(count: int) -> Result:
+    return run_async(lambda: _scale(count), virtual_time=True)
+
+
+def main() -> None:
+    configure_logging(level="warning")
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--messages", type=int, default=100_000)
+    result = run(parser.parse_args().messages)
+    print(f"in flight           {result.messages}")
+    print(f"renewal rounds      {result.rounds}")
+    print(f"calls per round     {result.calls_per_round} (floor {result.floor})")
+    print(f"leases lapsed       {result.lapsed}")
+    print(f"CPU per round       {result.cpu_s_per_round:.3f} s")
+    print(f"memory per message  {result.bytes_per_message:,.0f} B")
+
+
+if __name__ == "__main__":
+    main()
