@@ -29,7 +29,7 @@ def measure(func: Callable[[], T]) -> tuple[T, Timing]:
     return result, Timing(time.perf_counter() - wall, time.process_time() - cpu)
 
 
-def run_async(func: Callable[[], Awaitable[T]], *, virtual_time: bool = False) -> T:
+def run_async(func: Callable[..., Awaitable[T]], *args: Any, virtual_time: bool = False) -> T:
     """Run on a fresh asyncio loop; with `virtual_time`, sleeps take no real time (looptime)."""
     options: dict[str, Any] = {}
     if virtual_time:
@@ -38,7 +38,7 @@ def run_async(func: Callable[[], Awaitable[T]], *, virtual_time: bool = False) -
         options["loop_factory"] = lambda: looptime.new_event_loop(start=0)
     else:
         options["loop_factory"] = asyncio.new_event_loop
-    return anyio.run(func, backend="asyncio", backend_options=options)  # type: ignore[arg-type]
+    return anyio.run(func, *args, backend="asyncio", backend_options=options)
 
 
 def max_rss_mib() -> float:
@@ -49,7 +49,5 @@ async def fill(backend: MemoryBackend, queue: str, count: int, body: str = "{}")
     """Send `count` messages straight into the engine (not part of what is measured)."""
     engine = backend.engine
     for start in range(0, count, 10):
-        batch = [
-            OutgoingMessage(entry_id=str(i), body=body) for i in range(min(10, count - start))
-        ]
+        batch = [OutgoingMessage(entry_id=str(i), body=body) for i in range(min(10, count - start))]
         engine.send(queue, batch)

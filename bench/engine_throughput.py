@@ -11,8 +11,8 @@ import anyio
 
 from backends.memory import MemoryBackend
 from bench._common import Timing, fill, measure, run_async
-from worker.logging import configure_logging
 from worker import Message, Outcome, Supervisor, Worker, WorkerConfig
+from worker.logging import configure_logging
 from worker.outcome import Settlement
 from worker.types import ReceivedMessage
 
@@ -70,8 +70,8 @@ async def drain(count: int, *, max_in_flight: int = 1000) -> None:
 
 
 def run(count: int) -> Result:
-    _, ceiling = measure(lambda: run_async(lambda: bare_ceiling(count)))
-    _, worker = measure(lambda: run_async(lambda: drain(count)))
+    _, ceiling = measure(lambda: run_async(bare_ceiling, count))
+    _, worker = measure(lambda: run_async(drain, count))
     return Result(count, worker, ceiling)
 
 

@@ -75,10 +75,12 @@ async def _scale(count: int) -> Result:
         await done.wait()
         supervisor.request_shutdown()
     rounds = backend.rounds()
-    lapsed = int(sum(
-        supervisor.metrics.value("lease_worker_leases_lost_total", queue="scale", reason=reason)
-        for reason in ("lapsed", "ReceiptHandleIsInvalid", "MessageNotInflight")
-    ))
+    lapsed = int(
+        sum(
+            supervisor.metrics.value("lease_worker_leases_lost_total", queue="scale", reason=reason)
+            for reason in ("lapsed", "ReceiptHandleIsInvalid", "MessageNotInflight")
+        )
+    )
     cpu = [r[-1][1] - r[0][1] for r in rounds]
     return Result(
         messages=count,
@@ -93,7 +95,7 @@ async def _scale(count: int) -> Result:
 
 
 def run(count: int) -> Result:
-    return run_async(lambda: _scale(count), virtual_time=True)
+    return run_async(_scale, count, virtual_time=True)
 
 
 def main() -> None:
