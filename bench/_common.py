@@ -12,7 +12,10 @@ from typing import Any, TypeVar
 import anyio
 
 from backends.memory import MemoryBackend
-from worker.types import OutgoingMessage
+from worker import Outcome, Supervisor, Worker
+from worker.backend import Backend
+from worker.outcome import Settlement
+from worker.types import OutgoingMessage, ReceivedMessage
 
 T = TypeVar("T")
 
@@ -51,3 +54,30 @@ async def fill(backend: MemoryBackend, queue: str, count: int, body: str = "{}")
     for start in range(0, count, 10):
         batch = [OutgoingMessage(entry_id=str(i), body=body) for i in range(min(10, count - start))]
         engine.send(queue, batch)
+
+
+async def run_until_handled(
+    app: Worker, backend: Backend, count: int, *, started: Callable[[], None] | None = None
+) -> Supervisor:
+    """Run `app` until `count` handler runs have finished, then shut it down cleanly.
+
+    `started` is called once the worker receives (e.g. to take a reading).
+    """
+    done = anyio.Event()
+    handled = 0
+
+    def observe(message: ReceivedMessage, outcome: Outcome, settlement: Settlement) -> None:
+        nonlocal handled
+        handled += 1
+        if handled == count:
+            done.set()
+
+    supervisor = Supervisor(app, backend, observers=[observe])
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(supervisor.run)
+        if started is not None:
+            started()
+        await done.wait()
+        await supervisor.settler.flush()
+        supervisor.request_shutdown()
+    return supervisor

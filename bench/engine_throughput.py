@@ -7,14 +7,10 @@ import argparse
 import asyncio
 from dataclasses import dataclass
 
-import anyio
-
 from backends.memory import MemoryBackend
-from bench._common import Timing, fill, measure, run_async
-from worker import Message, Outcome, Supervisor, Worker, WorkerConfig
+from bench._common import Timing, fill, measure, run_async, run_until_handled
+from worker import Message, Worker, WorkerConfig
 from worker.logging import configure_logging
-from worker.outcome import Settlement
-from worker.types import ReceivedMessage
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,20 +48,7 @@ async def drain(count: int, *, max_in_flight: int = 1000) -> None:
     backend = MemoryBackend()
     await backend.create_queue("bench")
     await fill(backend, "bench", count)
-    done = anyio.Event()
-    handled = 0
-
-    def observe(message: ReceivedMessage, outcome: Outcome, settlement: Settlement) -> None:
-        nonlocal handled
-        handled += 1
-        if handled == count:
-            done.set()
-
-    supervisor = Supervisor(app, backend, observers=[observe])
-    async with anyio.create_task_group() as tasks:
-        await tasks.start(supervisor.run)
-        await done.wait()
-        supervisor.request_shutdown()
+    await run_until_handled(app, backend, count)
     assert backend.engine.counts("bench").visible == 0
 
 

@@ -14,12 +14,10 @@ from dataclasses import dataclass
 
 import anyio
 
-from bench._common import fill, run_async
+from bench._common import fill, run_async, run_until_handled
 from bench._counting import CountingBackend
-from worker import LeaseConfig, Message, Outcome, Supervisor, Worker, WorkerConfig
+from worker import LeaseConfig, Message, Worker, WorkerConfig
 from worker.logging import configure_logging
-from worker.outcome import Settlement
-from worker.types import ReceivedMessage
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,22 +56,8 @@ async def _scale(count: int) -> Result:
     backend = CountingBackend()
     await backend.create_queue("scale")
     await fill(backend, "scale", count)
-    done = anyio.Event()
-    handled = 0
-
-    def observe(message: ReceivedMessage, outcome: Outcome, settlement: Settlement) -> None:
-        nonlocal handled
-        handled += outcome is Outcome.SUCCEEDED
-        if handled == count:
-            done.set()
-
-    supervisor = Supervisor(app, backend, observers=[observe])
     before = _rss_bytes()
-    async with anyio.create_task_group() as tasks:
-        await tasks.start(supervisor.run)
-        await all_held.wait()
-        await done.wait()
-        supervisor.request_shutdown()
+    supervisor = await run_until_handled(app, backend, count)
     rounds = backend.rounds()
     lapsed = int(
         sum(
@@ -90,7 +74,11 @@ async def _scale(count: int) -> Result:
         lapsed=lapsed,
         cpu_s_per_round=sum(cpu) / max(1, len(cpu)),
         bytes_per_message=(memory[0] - before) / count if memory else float("nan"),
-        handled=handled,
+        handled=int(
+            supervisor.metrics.value(
+                "lease_worker_messages_handled_total", queue="scale", outcome="succeeded"
+            )
+        ),
     )
 
 

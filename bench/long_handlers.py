@@ -16,12 +16,10 @@ from dataclasses import dataclass
 
 import anyio
 
-from bench._common import fill, run_async
+from bench._common import fill, run_async, run_until_handled
 from bench._counting import CountingBackend
-from worker import LeaseConfig, Message, Outcome, Supervisor, Worker, WorkerConfig
+from worker import LeaseConfig, Message, Worker, WorkerConfig
 from worker.logging import configure_logging
-from worker.outcome import Settlement
-from worker.types import ReceivedMessage
 
 VISIBILITY_S = 30
 MARGIN_S = 10
@@ -56,21 +54,7 @@ async def _run(count: int, duration_s: float, adaptive: bool) -> tuple[float, fl
     backend = CountingBackend()
     await backend.create_queue("long")
     await fill(backend, "long", count)
-    done = anyio.Event()
-    handled = 0
-
-    def observe(message: ReceivedMessage, outcome: Outcome, settlement: Settlement) -> None:
-        nonlocal handled
-        handled += outcome is Outcome.SUCCEEDED
-        if handled == count:
-            done.set()
-
-    supervisor = Supervisor(app, backend, observers=[observe])
-    async with anyio.create_task_group() as tasks:
-        await tasks.start(supervisor.run)
-        await done.wait()
-        await supervisor.settler.flush()
-        supervisor.request_shutdown()
+    await run_until_handled(app, backend, count)
     total = sum(backend.calls.values())
     return total / count, backend.calls["extend"] / count
 
