@@ -14,12 +14,12 @@ Rules:
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 import structlog
-from anyio.abc import TaskGroup
 
 from worker.execution import Executor
 from worker.lease import Lease
@@ -51,7 +51,7 @@ class Dispatcher:
         self._log = logger or structlog.get_logger("lease_worker.dispatch")
         self._held: dict[tuple[str, str], Lease] = {}
         self._groups: dict[tuple[str, str], deque[_Entry]] = {}
-        self.tasks: TaskGroup | None = None
+        self.tasks: asyncio.TaskGroup | None = None
 
     def adopt(self, received: ReceivedMessage, sent_at: float, visibility_s: float) -> bool:
         """True if `received` is a copy of a message held here; its lease takes the handle."""
@@ -76,7 +76,7 @@ class Dispatcher:
         spec = self._spec_for(received.queue)
         group = received.group_id
         if group is None or not self._is_fifo(received.queue):
-            self.tasks.start_soon(self._run_one, spec, received, lease)
+            self.tasks.create_task(self._executor.run(spec, received, lease))
             return
         group_key = (received.queue, group)
         waiting = self._groups.get(group_key)
@@ -84,16 +84,13 @@ class Dispatcher:
             waiting.append((spec, received, lease))
             return
         self._groups[group_key] = deque([(spec, received, lease)])
-        self.tasks.start_soon(self._run_group, group_key)
+        self.tasks.create_task(self._run_group(group_key))
 
     def forget(self, lease: Lease) -> None:
         """The lease ended: a later receive of the same message is a new delivery."""
         key = (lease.queue, lease.message_id)
         if self._held.get(key) is lease:
             del self._held[key]
-
-    async def _run_one(self, spec: HandlerSpec, received: ReceivedMessage, lease: Lease) -> None:
-        await self._executor.run(spec, received, lease)
 
     async def _run_group(self, group_key: tuple[str, str]) -> None:
         waiting = self._groups[group_key]
