@@ -11,6 +11,11 @@ Queues
   (`AWS.SimpleQueueService.QueueDeletedRecently`); a queue can be purged once per 60 s
   (`AWS.SimpleQueueService.PurgeQueueInProgress`).
 - A redrive policy names an existing queue of the same kind; maxReceiveCount is 1-1,000.
+- Attributes can be changed on an existing queue (`set_queue_attributes`), checked as at
+  creation, and a queue cannot become its own DLQ. A new visibility timeout or delay applies
+  to later receives and sends; a new retention period to every stored message at once
+  (counted from its send, so shortening it may expire messages at the next call); a new
+  redrive policy to later receives.
 
 Messages
 - A sent message is delayed by its own delay (standard queues only; 0 means "the queue's"),
@@ -57,8 +62,9 @@ import re
 import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from enum import Enum
 from types import MappingProxyType
-from typing import NoReturn
+from typing import Literal, NoReturn, TypeVar
 
 from backends._memory_queue import (
     Message,
@@ -85,11 +91,15 @@ from worker.types import (
 __all__ = [
     "QUEUE_URL_PREFIX",
     "SQS_DIALECT",
+    "UNCHANGED",
     "Dialect",
     "MemoryEngine",
     "MessageSnapshot",
     "MessageState",
+    "QueueConfig",
     "QueueCounts",
+    "QueueDescription",
+    "Unchanged",
 ]
 
 QUEUE_URL_PREFIX = "http://memory.invalid/000000000000/"
@@ -100,6 +110,7 @@ _FIFO_ID = re.compile(r"[!-~]{1,128}\Z")
 # The characters SQS accepts in a body (XML 1.0's), negated.
 _BAD_BODY = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 _RECREATE_AFTER_S = 60.0
+_T = TypeVar("_T")
 _PURGE_EVERY_S = 60.0
 
 
@@ -128,6 +139,26 @@ SQS_DIALECT = Dialect(
     max_delay_s=900,
     max_message_bytes=1_048_576,
 )
+
+
+class _Unchanged(Enum):
+    UNCHANGED = "unchanged"
+
+
+Unchanged = Literal[_Unchanged.UNCHANGED]
+#: `set_queue_attributes(redrive=UNCHANGED)` keeps the redrive policy (None removes it).
+UNCHANGED: Unchanged = _Unchanged.UNCHANGED
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueDescription:
+    """Everything GetQueueAttributes reports of one queue (counts are exact here)."""
+
+    config: QueueConfig
+    counts: QueueCounts
+    #: Seconds since the Unix epoch, as SQS's CreatedTimestamp and LastModifiedTimestamp.
+    created_timestamp: int
+    last_modified_timestamp: int
 
 
 class MemoryEngine:
@@ -164,8 +195,9 @@ class MemoryEngine:
     def queue_url(self, queue: str) -> str:
         return self._queue(queue, "GetQueueUrl").config.url
 
-    def list_queues(self) -> list[str]:
-        return sorted(self._queues)
+    def list_queues(self, prefix: str = "") -> list[str]:
+        """Names of the queues, sorted; only those starting with `prefix` if given."""
+        return sorted(name for name in self._queues if name.startswith(prefix))
 
     def create_queue(
         self,
@@ -196,7 +228,7 @@ class MemoryEngine:
             if existing.config != config:
                 _fail("CreateQueue", name, "QueueAlreadyExists", "other attributes")
             return existing.config.url
-        self._queues[name] = Queue(config)
+        self._queues[name] = Queue(config, created_at=self.clock.now())
         return config.url
 
     def _check_new_queue(self, config: QueueConfig) -> None:
@@ -204,13 +236,64 @@ class MemoryEngine:
         deleted_at = self._deleted_at.get(config.name)
         if deleted_at is not None and self.clock.now() - deleted_at < _RECREATE_AFTER_S:
             _fail("CreateQueue", config.name, _SQS + "QueueDeletedRecently", "wait 60 s")
-        if config.redrive is None:
-            return
+        if config.redrive is not None:
+            self._check_dead_letter_queue(config, "CreateQueue")
+
+    def _check_dead_letter_queue(self, config: QueueConfig, operation: str) -> None:
+        assert config.redrive is not None
         target = self._queues.get(self.queue_name(config.redrive.dead_letter_queue))
         if target is None:
-            _fail("CreateQueue", config.name, "InvalidParameterValue", "no such DLQ")
+            _fail(operation, config.name, "InvalidParameterValue", "no such DLQ")
         if target.config.fifo != config.fifo:
-            _fail("CreateQueue", config.name, "InvalidParameterValue", "DLQ of another type")
+            _fail(operation, config.name, "InvalidParameterValue", "DLQ of another type")
+
+    def set_queue_attributes(
+        self,
+        queue: str,
+        *,
+        visibility_timeout_s: int | None = None,
+        delay_s: int | None = None,
+        retention_s: int | None = None,
+        redrive: RedrivePolicy | Unchanged | None = UNCHANGED,
+        content_based_deduplication: bool | None = None,
+    ) -> None:
+        """Change attributes of an existing queue; None (or UNCHANGED) keeps one as it is."""
+        op = "SetQueueAttributes"
+        state = self._settled(queue, op)
+        old = state.config
+        config = replace(
+            old,
+            visibility_timeout_s=_given(visibility_timeout_s, old.visibility_timeout_s),
+            delay_s=_given(delay_s, old.delay_s),
+            retention_s=_given(retention_s, old.retention_s),
+            redrive=old.redrive if redrive is UNCHANGED else redrive,
+            content_based_deduplication=_given(
+                content_based_deduplication, old.content_based_deduplication
+            ),
+        )
+        _check_attributes(config, self.dialect, op)
+        if config.redrive is not None:
+            target = self.queue_name(config.redrive.dead_letter_queue)
+            if target == config.name:
+                _fail(op, config.name, "InvalidParameterValue", "a queue cannot be its own DLQ")
+            self._check_dead_letter_queue(config, op)
+        state.config = config
+        state.modified_at = self.clock.now()
+        if config.retention_s != old.retention_s:
+            state.set_retention(config.retention_s)
+            state.settle(self.clock.now())
+        if config.redrive != old.redrive:
+            # A message held back only by the old policy's DLQ may be receivable now.
+            self._notify(config.name)
+
+    def describe_queue(self, queue: str) -> QueueDescription:
+        state = self._settled(queue, "GetQueueAttributes")
+        return QueueDescription(
+            config=state.config,
+            counts=state.counts(),
+            created_timestamp=self._wall_ms(state.created_at) // 1000,
+            last_modified_timestamp=self._wall_ms(state.modified_at) // 1000,
+        )
 
     def delete_queue(self, queue: str) -> None:
         name = self._queue(queue, "DeleteQueue").config.name
@@ -289,6 +372,17 @@ class MemoryEngine:
         if dedup_id is not None:
             state.remember(dedup_id, message.message_id, now)
         return message.message_id
+
+    def check_batch(self, operation: str, queue: str, entry_ids: Sequence[str]) -> None:
+        """The whole-call checks of a batch (count, ids), as `send` and the others make them;
+        for a front end that refuses some entries itself before calling the engine."""
+        _check_batch(operation, self.queue_name(queue), entry_ids, self.dialect)
+
+    def sequence_number(self, queue: str, message_id: str) -> str | None:
+        """The FIFO sequence number of a stored message; None on a standard queue or once the
+        message is gone."""
+        message = self._queue(queue, "SendMessage").messages.get(message_id)
+        return None if message is None else message.sequence_number
 
     def receive(
         self,
@@ -519,7 +613,13 @@ def _check_batch(operation: str, queue: str, ids: Sequence[str], dialect: Dialec
         _fail(operation, queue, _SQS + "BatchEntryIdsNotDistinct", "entry ids repeat")
 
 
-def _check_attributes(config: QueueConfig, dialect: Dialect) -> None:
+def _given(value: _T | None, default: _T) -> _T:
+    return default if value is None else value
+
+
+def _check_attributes(
+    config: QueueConfig, dialect: Dialect, operation: str = "CreateQueue"
+) -> None:
     ranges = [
         ("VisibilityTimeout", config.visibility_timeout_s, 0, dialect.max_visibility_s),
         ("DelaySeconds", config.delay_s, 0, dialect.max_delay_s),
@@ -530,14 +630,14 @@ def _check_attributes(config: QueueConfig, dialect: Dialect) -> None:
     for attribute, value, low, high in ranges:
         if not low <= value <= high:
             _fail(
-                "CreateQueue",
+                operation,
                 config.name,
                 "InvalidAttributeValue",
                 f"{attribute}={value} is not in {low}-{high}",
             )
     if config.content_based_deduplication and not config.fifo:
         _fail(
-            "CreateQueue",
+            operation,
             config.name,
             "InvalidAttributeName",
             "ContentBasedDeduplication is for FIFO queues",

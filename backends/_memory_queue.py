@@ -128,8 +128,11 @@ class Taken:
 class Queue:
     """The state of one queue. Every method takes `now`; none reads a clock."""
 
-    def __init__(self, config: QueueConfig) -> None:
+    def __init__(self, config: QueueConfig, *, created_at: float = 0.0) -> None:
         self.config = config
+        #: Monotonic times of the creation and of the latest attribute change.
+        self.created_at = created_at
+        self.modified_at = created_at
         self.last_purge_at: float | None = None
         self.messages: dict[str, Message] = {}
         self.visible: OrderedDict[str, None] = OrderedDict()
@@ -221,6 +224,14 @@ class Queue:
         self._timers.clear()
         self._expiries.clear()
         self.last_purge_at = now
+
+    def set_retention(self, retention_s: int) -> None:
+        """Apply a new retention period to every stored message, counted from its send."""
+        self._expiries = [
+            (message.sent_at + retention_s, next(self._tiebreak), message_id)
+            for message_id, message in self.messages.items()
+        ]
+        heapq.heapify(self._expiries)
 
     # -- visibility ---------------------------------------------------------------------
 
