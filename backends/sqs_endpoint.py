@@ -453,7 +453,7 @@ async def serve_sqs(
     runner = web.ServerRunner(server, shutdown_timeout=1.0)
     try:
         await runner.setup()
-        await web.SockSite(runner, sock, shutdown_timeout=1.0).start()
+        await web.SockSite(runner, sock).start()
         task_status.started(url)
         await anyio.sleep_forever()
     finally:

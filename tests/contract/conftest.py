@@ -1,11 +1,13 @@
-"""Fixtures of the contract suite: `backend` (memory | moto) and `make_queue`.
+"""Fixtures of the contract suite: `backend` (memory | moto | endpoint) and `make_queue`.
 
 - `memory`: `backends.memory.MemoryBackend()` on the loop clock, with looptime switched on for
   the test, so every sleep and long poll is fast-forwarded. Skipped while the module is absent.
 - `moto`: `SqsBackend` against one moto server per session (`tests.moto_server`), dummy
   credentials set explicitly, region us-east-1; every test makes its own uniquely named queues.
+- `endpoint`: `SqsBackend` against our own SQS endpoint (`backends.sqs_endpoint`) over the
+  in-memory engine, served from a background thread for the whole session, in real time.
 - `@pytest.mark.moto_gap("reason")` marks a rule that real SQS keeps and moto does not: on the
-  moto param the test becomes `xfail(strict=True)`, on memory it stays strict.
+  moto param the test becomes `xfail(strict=True)`; on memory and endpoint it stays strict.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import pytest
 import pytest_asyncio
 
 from backends.sqs import SqsBackend, SqsSettings
+from backends.sqs_endpoint import SqsEndpoint, sqs_endpoint_in_thread
 from tests.contract import ContractBackend, MakeQueue
 from tests.moto_server import (
     MOTO_ACCESS_KEY,
@@ -42,6 +45,12 @@ def moto_server() -> Iterator[MotoServer]:
         yield server
 
 
+@pytest.fixture(scope="session")
+def sqs_endpoint() -> Iterator[SqsEndpoint]:
+    with sqs_endpoint_in_thread() as endpoint:
+        yield endpoint
+
+
 def _memory_backend_class() -> Any:
     try:
         module = importlib.import_module("backends.memory")
@@ -52,13 +61,13 @@ def _memory_backend_class() -> Any:
     return module.MemoryBackend
 
 
-@pytest.fixture(params=["memory", "moto"])
+@pytest.fixture(params=["memory", "moto", "endpoint"])
 def backend_kind(request: pytest.FixtureRequest) -> str:
     kind: str = request.param
     if kind == "memory":
         _memory_backend_class()
         request.applymarker(pytest.mark.looptime)
-    else:
+    elif kind == "moto":
         gap = request.node.get_closest_marker("moto_gap")
         if gap is not None:
             reason = f"moto differs from SQS: {gap.args[0] if gap.args else ''}"
@@ -77,10 +86,13 @@ async def backend(
         finally:
             await memory.aclose()
         return
-    server: MotoServer = request.getfixturevalue("moto_server")
+    if backend_kind == "moto":
+        endpoint_url = request.getfixturevalue("moto_server").endpoint_url
+    else:
+        endpoint_url = request.getfixturevalue("sqs_endpoint").url
     settings = SqsSettings(
         region=MOTO_REGION,
-        endpoint_url=server.endpoint_url,
+        endpoint_url=endpoint_url,
         access_key_id=MOTO_ACCESS_KEY,
         secret_access_key=MOTO_SECRET_KEY,
         max_attempts=2,
