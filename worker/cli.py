@@ -1,6 +1,9 @@
 """The `lease-worker` command (also `python -m worker`).
 
-Settings come from the command line, else from `LEASE_WORKER_*` environment variables, else
+`lease-worker run APP` runs a worker; `lease-worker serve-sqs` serves the in-memory engine
+over SQS's JSON protocol (`backends.sqs_endpoint`) until SIGTERM/SIGINT, then exits 0.
+
+Settings of `run` come from the command line, else from `LEASE_WORKER_*` environment variables, else
 from the application's own `WorkerConfig`. Invalid settings end the process with status 2
 and one line saying which setting and why; a fatal queue-service error with status 1.
 """
@@ -9,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import importlib
 import os
 import signal
@@ -154,7 +158,46 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["debug", "info", "warning", "error"],
         help="(default: info)",
     )
+    _add_serve_sqs_parser(commands)
     return parser
+
+
+def _add_serve_sqs_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    serve = commands.add_parser(
+        "serve-sqs",
+        help="serve the in-memory engine over SQS's JSON protocol until SIGTERM/SIGINT",
+        description="Serve the in-memory SQS engine over SQS's JSON protocol, for any SQS "
+        "client (boto3, aiobotocore, the AWS SDKs) at --endpoint-url http://HOST:PORT. "
+        "Requests are not authenticated: keep it on loopback unless the network is yours.",
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=9324, help="port to bind (default: 9324)")
+    serve.add_argument(
+        "--max-in-flight",
+        type=int,
+        default=120_000,
+        metavar="N",
+        help="in-flight messages allowed per queue (default: 120000, as SQS)",
+    )
+    serve.add_argument(
+        "--queue",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="create this queue at start (a .fifo name makes a FIFO queue); repeatable",
+    )
+    serve.add_argument(
+        "--log-format",
+        choices=["console", "json"],
+        default=_env("LOG_FORMAT", "json"),
+        help="log lines (default: json)",
+    )
+    serve.add_argument(
+        "--log-level",
+        default=_env("LOG_LEVEL", "info"),
+        choices=["debug", "info", "warning", "error"],
+        help="(default: info)",
+    )
 
 
 def _check_env_choices(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -299,10 +342,57 @@ def _serve_metrics(metrics: Metrics, port: int, addr: str) -> None:
         raise ConfigError(f"--metrics-port={port}: {reason}") from None
 
 
+def _serve_sqs_main(args: argparse.Namespace) -> int:
+    try:
+        configure_logging(fmt=args.log_format, level=args.log_level)
+        if args.max_in_flight < 1:
+            raise ConfigError(f"--max-in-flight={args.max_in_flight}: must be >= 1")
+        if not 0 <= args.port <= 65_535:
+            raise ConfigError(f"--port={args.port}: must be a port number from 0 to 65535")
+        anyio.run(_run_sqs_endpoint, args)
+    except (ConfigError, ValueError) as error:
+        print(f"lease-worker: error: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:
+        print(
+            f"lease-worker: error: cannot serve on {args.host}:{args.port}: {error}",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+async def _run_sqs_endpoint(args: argparse.Namespace) -> None:
+    from backends.memory import MemoryEngine
+    from backends.sqs_endpoint import serve_sqs
+    from worker.clock import LoopClock
+
+    engine = MemoryEngine(LoopClock(), max_in_flight=args.max_in_flight)
+    for name in args.queue:
+        try:
+            engine.create_queue(name)
+        except FatalBackendError as error:
+            raise ConfigError(f"--queue {name!r}: {error}") from None
+    log = structlog.get_logger("lease_worker.cli")
+    serve = functools.partial(serve_sqs, engine, host=args.host, port=args.port)
+    async with anyio.create_task_group() as tasks:
+        # Listening before the server starts: a signal right after start-up is not lost.
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            url = await tasks.start(serve)
+            log.info("sqs_endpoint.started", url=url, queues=len(args.queue))
+            async for signum in signals:
+                log.info("signal.received", signal=signal.Signals(signum).name)
+                break
+        tasks.cancel_scope.cancel()
+    log.info("sqs_endpoint.stopped")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     _check_env_choices(parser, args)
+    if args.command == "serve-sqs":
+        return _serve_sqs_main(args)
     try:
         configure_logging(fmt=args.log_format, level=args.log_level)
         app = load_app(args.app)
