@@ -289,3 +289,30 @@ async def test_memory_backend_default_works_with_run_worker() -> None:
         await harness.send("jobs", {"hello": "world"})
         [record] = await harness.wait_for_handled(1)
     assert record.outcome is Outcome.SUCCEEDED
+
+
+async def test_concurrent_receives_never_hold_more_than_max_in_flight() -> None:
+    app = Worker(WorkerConfig(lease=LEASE, max_in_flight=25, receive_concurrency=4, wait_s=20))
+    gate, full = anyio.Event(), anyio.Event()
+    most_held = 0
+
+    @app.handler("jobs")
+    async def job(message: Message) -> None:
+        nonlocal most_held
+        most_held = max(most_held, harness.supervisor.in_flight)
+        if harness.supervisor.in_flight == 25:
+            full.set()
+        await gate.wait()
+
+    backend = RecordingBackend()
+    await _prepare(backend, "jobs", 100)
+    async with run_worker(app, backend=backend) as harness:
+        await full.wait()
+        await anyio.sleep(30)  # virtual time: four receivers poll on, and find no free slot
+        assert harness.supervisor.in_flight == 25
+        gate.set()
+        await harness.wait_for_handled(100)
+        await harness.wait_until_idle()
+    assert most_held == 25
+    assert max(call.entries for call in backend.of("receive")) <= 10
+    assert backend.inner.engine.counts("jobs").visible == 0

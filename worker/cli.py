@@ -126,6 +126,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="messages held at once per queue",
     )
     flow.add_argument(
+        "--receive-concurrency",
+        type=int,
+        default=_env("RECEIVE_CONCURRENCY"),
+        metavar="N",
+        help="long polls under way at once per queue (for thousands of msgs/s)",
+    )
+    flow.add_argument(
         "--grace-s",
         type=float,
         default=_env("GRACE_S"),
@@ -251,6 +258,8 @@ def _configure(app: Worker, args: argparse.Namespace) -> WorkerConfig:
     changes: dict[str, Any] = {"lease": lease, "shutdown": shutdown}
     if args.max_in_flight is not None:
         changes["max_in_flight"] = int(args.max_in_flight)
+    if args.receive_concurrency is not None:
+        changes["receive_concurrency"] = int(args.receive_concurrency)
     return dataclasses.replace(config, **changes)
 
 

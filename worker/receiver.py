@@ -1,8 +1,9 @@
 """The receive loop of one queue, with flow control.
 
-It asks for min(batch size, free slots) messages per long poll, so the worker never holds
-more than `max_in_flight` messages of the queue: a slot is taken at receive and given back
-when the message's lease ends (deleted, released, forgotten or lost). Every message gets a
+Each long poll asks for min(batch size, free slots) messages, reserving those slots first,
+so that the worker never holds more than `max_in_flight` messages of the queue even with
+`receive_concurrency` polls under way at once: a slot is held from the receive until the
+message's lease ends (deleted, released, forgotten or lost). Every message gets a
 lease the moment it arrives, before its handler starts.
 
 A transient failure (throttling, 5xx, timeouts, `OverLimit`) pauses receiving with a
@@ -32,7 +33,11 @@ __all__ = ["Receiver", "Slots"]
 
 
 class Slots:
-    """A counter of messages held, with a wait for a free slot."""
+    """Messages held per queue, and slots reserved by receives under way.
+
+    A receive reserves its slots before it is sent and gives back what it did not fill, so
+    several concurrent receives of one queue never hold more than `capacity` together.
+    """
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
@@ -43,18 +48,19 @@ class Slots:
     def free(self) -> int:
         return max(0, self.capacity - self.used)
 
-    async def wait_free(self) -> int:
+    async def reserve(self, most: int) -> int:
+        """Wait for a free slot, then reserve up to `most`; returns how many."""
         while self.free == 0:
             self._freed = anyio.Event()
             await self._freed.wait()
-        return self.free
+        count = min(most, self.free)
+        self.used += count
+        return count
 
-    def take(self) -> None:
-        self.used += 1
-
-    def give_back(self) -> None:
-        self.used -= 1
-        self._freed.set()
+    def give_back(self, count: int = 1) -> None:
+        self.used -= count
+        if count > 0:
+            self._freed.set()
 
 
 class Receiver:
@@ -91,11 +97,13 @@ class Receiver:
         task_status.started()
         pause = self._config.receive_backoff_s
         while True:
-            free = await self._slots.wait_free()
+            reserved = await self._slots.reserve(self._backend.limits.receive_batch)
+            held = 0
             try:
-                await self._receive_once(min(self._backend.limits.receive_batch, free))
+                held = await self._receive_once(reserved)
             except Exception as raised:
                 if isinstance(raised, FatalBackendError):
+                    self._slots.give_back(reserved - held)
                     self._metrics.receive_errors.labels(self.queue, raised.code or "fatal").inc()
                     self._on_fatal(raised)
                     return
@@ -108,12 +116,18 @@ class Receiver:
                     error=str(error),
                     retry_in_s=pause,
                 )
+                self._slots.give_back(reserved - held)
                 await anyio.sleep(pause)
                 pause = min(pause * 2, self._config.receive_backoff_max_s)
                 continue
+            except BaseException:
+                self._slots.give_back(reserved - held)
+                raise
+            self._slots.give_back(reserved - held)
             pause = self._config.receive_backoff_s
 
-    async def _receive_once(self, count: int) -> None:
+    async def _receive_once(self, count: int) -> int:
+        """One receive of up to `count` (reserved) messages; returns how many are now held."""
         lease_config = self._config.lease
         sent_at = self._clock.now()  # before the call: our deadline is never later than SQS's
         self._metrics.receive_calls.labels(self.queue).inc()
@@ -123,6 +137,7 @@ class Receiver:
             wait_s=self._config.wait_s,
             visibility_s=lease_config.visibility_s,
         )
+        held = 0
         for received in messages:
             self._metrics.received.labels(self.queue).inc()
             if self._adopt(received, sent_at, lease_config.visibility_s):
@@ -136,10 +151,11 @@ class Receiver:
                 max_lease_s=min(lease_config.max_lease_s, self._backend.limits.max_lease_s),
                 on_finish=self._finished,
             )
-            self._slots.take()
+            held += 1
             self._metrics.in_flight.labels(self.queue).inc()
             self._keeper.track(lease)
             self._dispatch(received, lease)
+        return held
 
     def _finished(self, lease: Lease) -> None:
         self._slots.give_back()

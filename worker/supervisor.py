@@ -174,7 +174,9 @@ class Supervisor:
     ) -> None:
         async with anyio.create_task_group() as receivers:
             for spec in self.app.registry:
-                await receivers.start(self._receiver(spec.queue, spec.max_in_flight).run)
+                receiver = self._receiver(spec.queue, spec.max_in_flight)
+                for _ in range(self.app.config.receive_concurrency):
+                    await receivers.start(receiver.run)
             for task in self.app.background_tasks:
                 services.start_soon(task, context)
             self._log.info("worker.started", queues=self.app.registry.queues)
