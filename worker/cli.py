@@ -133,6 +133,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="long polls under way at once per queue (for thousands of msgs/s)",
     )
     flow.add_argument(
+        "--processes",
+        type=int,
+        default=_env("PROCESSES", "1"),
+        metavar="N",
+        help="run N worker processes under this one (default 1: this process is the worker)",
+    )
+    flow.add_argument(
         "--grace-s",
         type=float,
         default=_env("GRACE_S"),
@@ -396,6 +403,20 @@ async def _run_sqs_endpoint(args: argparse.Namespace) -> None:
     log.info("sqs_endpoint.stopped")
 
 
+def _run_processes(argv: list[str], args: argparse.Namespace) -> int:
+    if not 1 <= args.processes <= 256:
+        raise ConfigError(f"--processes={args.processes}: must be from 1 to 256")
+    load_app(args.app)  # a bad APP is one clear error here, not N crashing children
+    port = int(args.metrics_port) if args.metrics_port is not None else None
+    if port is not None and not 0 < port <= 65_535 - args.processes:
+        raise ConfigError(
+            f"--metrics-port={port}: ports {port}..{port + args.processes - 1} must be valid"
+        )
+    from worker.processes import run_processes
+
+    return run_processes(argv, args.processes, port)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -404,6 +425,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _serve_sqs_main(args)
     try:
         configure_logging(fmt=args.log_format, level=args.log_level)
+        if args.processes != 1:
+            return _run_processes(list(argv if argv is not None else sys.argv[1:]), args)
         app = load_app(args.app)
         app.config = _configure(app, args)
         metrics = Metrics()
