@@ -275,11 +275,12 @@ class SqsService:
         wait_s = wire.integer(params, "WaitTimeSeconds")
         if wait_s is None:
             wait_s = int(self._kept.get(name, {}).get("ReceiveMessageWaitTimeSeconds", 0))
+        most = wire.integer(params, "MaxNumberOfMessages")
         system = wire.system_attribute_filter(params)
         user = wire.message_attribute_filter(params)
         messages = await self._backend.receive(
             name,
-            max_messages=wire.integer(params, "MaxNumberOfMessages") or 1,
+            max_messages=1 if most is None else most,
             wait_s=wait_s,
             visibility_s=wire.integer(params, "VisibilityTimeout"),
         )

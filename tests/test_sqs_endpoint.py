@@ -420,7 +420,12 @@ def test_visibility_changes(sqs: Any) -> None:
 
 def test_receive_parameters_are_checked(sqs: Any) -> None:
     url = sqs.create_queue(QueueName="q")["QueueUrl"]
-    for params in ({"MaxNumberOfMessages": 11}, {"WaitTimeSeconds": 21}, {"VisibilityTimeout": -1}):
+    for params in (
+        {"MaxNumberOfMessages": 11},
+        {"MaxNumberOfMessages": 0},
+        {"WaitTimeSeconds": 21},
+        {"VisibilityTimeout": -1},
+    ):
         with pytest.raises(ClientError) as caught:
             sqs.receive_message(QueueUrl=url, **params)
         assert error_of(caught)[0] == "InvalidParameterValue"
