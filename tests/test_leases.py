@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Sequence
 
 import anyio
 import pytest
@@ -25,6 +26,7 @@ from worker import (
     WorkerConfig,
 )
 from worker.testing import WorkerHarness, run_worker
+from worker.types import BatchResult, VisibilityChange
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
 
@@ -316,3 +318,30 @@ async def test_concurrent_receives_never_hold_more_than_max_in_flight() -> None:
     assert most_held == 25
     assert max(call.entries for call in backend.of("receive")) <= 10
     assert backend.inner.engine.counts("jobs").visible == 0
+
+
+async def test_an_extension_asked_for_while_a_renewal_is_out_is_not_lost() -> None:
+    app = _app(max_in_flight=1)
+    backend = RecordingBackend()
+    asked = anyio.Event()
+    time_left: list[float] = []
+
+    @app.handler("jobs")
+    async def job(message: Message) -> None:
+        await asked.wait()
+        await message.lease.extend(900)
+        time_left.append(message.lease.time_left_s())
+
+    original_extend = backend.extend
+
+    async def slow_extend(queue: str, entries: Sequence[VisibilityChange]) -> BatchResult:
+        asked.set()  # the handler asks while this renewal is on the wire
+        await anyio.sleep(1)
+        return await original_extend(queue, entries)
+
+    backend.extend = slow_extend  # type: ignore[method-assign]
+    await _prepare(backend, "jobs", 1)
+    async with run_worker(app, backend=backend) as harness:
+        [record] = await harness.wait_for_handled(1)
+    assert record.outcome is Outcome.SUCCEEDED
+    assert time_left == [pytest.approx(899, abs=0.01)]  # 900 s from the second call, at 21 s

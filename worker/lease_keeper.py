@@ -210,7 +210,8 @@ class LeaseKeeper:
             else:
                 failure = failures.get(entry_id) or EntryFailure(entry_id, "Missing", "no answer")
                 self._renewal_failed(lease, failure)
-            self._notify(lease)
+            if lease.requested_visibility_s is None or not lease.active:
+                self._notify(lease)  # a request made while this call was out waits its turn
 
     def _renewed_ok(
         self, lease: Lease, visibility: int, sent_at: float, handle: str | None
@@ -225,7 +226,8 @@ class LeaseKeeper:
         )
         lease.deadline = sent_at + visibility
         lease.renewals += 1
-        self._schedule_renewal(lease)
+        asked = lease.requested_visibility_s is not None
+        self._schedule_renewal(lease, at=self._clock.now() if asked else None)
 
     def _renewal_failed(self, lease: Lease, failure: EntryFailure) -> None:
         if not lease.active:
