@@ -345,3 +345,38 @@ async def test_an_extension_asked_for_while_a_renewal_is_out_is_not_lost() -> No
         [record] = await harness.wait_for_handled(1)
     assert record.outcome is Outcome.SUCCEEDED
     assert time_left == [pytest.approx(899, abs=0.01)]  # 900 s from the second call, at 21 s
+
+
+async def test_a_release_while_a_renewal_is_out_stops_renewals_for_good() -> None:
+    app = _app(max_in_flight=1)
+    backend = RecordingBackend()
+    on_wire = anyio.Event()
+
+    @app.handler("jobs", on_error="release")
+    async def job(message: Message) -> None:
+        if message.receive_count == 1:
+            await on_wire.wait()
+            raise RuntimeError("fails while its lease is being renewed")
+
+    original_extend = backend.extend
+
+    async def slow_extend(queue: str, entries: Sequence[VisibilityChange]) -> BatchResult:
+        on_wire.set()
+        await anyio.sleep(1)
+        return await original_extend(queue, entries)
+
+    backend.extend = slow_extend  # type: ignore[method-assign]
+    # The release keeps failing for 25 s: long enough for a stray renewal to fall due.
+    backend.failures["release"] = [TransientBackendError("busy", code="Throttling")] * 25
+    [message_id] = await _prepare(backend, "jobs", 1)
+    async with run_worker(app, backend=backend) as harness:
+        records = await harness.wait_for_handled(2)
+        await harness.wait_until_idle()
+    assert [r.outcome for r in records] == [Outcome.FAILED, Outcome.SUCCEEDED]
+    release = backend.of("release")[-1]
+    # The renewal sent at 20 s (recorded when it reached the engine, at 21 s) was the last:
+    # nothing renewed the lease after the release was decided.
+    [extend] = backend.of("extend")
+    assert extend.at == pytest.approx(21, abs=0.01)
+    assert release.at >= extend.at  # the release waited for the renewal's answer
+    assert backend.inner.engine.peek("jobs", message_id) is None

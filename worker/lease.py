@@ -60,6 +60,7 @@ class Lease:
         "requested_visibility_s",
         "scope",
         "state",
+        "tracked",
     )
 
     def __init__(
@@ -82,6 +83,8 @@ class Lease:
         self.state = LeaseState.HELD
         self.lost_reason: str | None = None
         self.renewals = 0
+        #: True while the lease keeper renews this lease.
+        self.tracked = False
         self.scope: anyio.CancelScope | None = None
         self.cancel_reason: Outcome | None = None
         self.requested_visibility_s: int | None = None

@@ -76,6 +76,7 @@ class LeaseKeeper:
     def track(self, lease: Lease) -> None:
         """Start keeping `lease` alive; call right after the receive."""
         lease._requester = self._request_extension
+        lease.tracked = True
         self._schedule_renewal(lease)
 
     def reschedule(self, lease: Lease) -> None:
@@ -84,6 +85,8 @@ class LeaseKeeper:
             self._schedule_renewal(lease)
 
     def untrack(self, lease: Lease) -> None:
+        """Stop renewing `lease`, also after a renewal that is on the wire right now."""
+        lease.tracked = False
         self._schedule.discard(lease)
 
     def record_duration(self, duration_s: float) -> None:
@@ -96,6 +99,8 @@ class LeaseKeeper:
         return self._config.extension_s
 
     def _schedule_renewal(self, lease: Lease, at: float | None = None) -> None:
+        if not lease.tracked:
+            return
         due = lease.deadline - self._config.renew_margin_s if at is None else at
         self._schedule.set(lease, lease.queue, due)
         if due < self._sleeping_until:  # most new leases fall due after the next wake-up
