@@ -44,17 +44,31 @@ from worker.types import RedrivePolicy as Redrive
 
 __all__ = [
     "QUEUE_ATTRIBUTE_NAMES",
+    "AttributeFilter",
     "QueueSettings",
     "SqsError",
+    "entries",
     "entry_failure_to_wire",
+    "entry_id",
+    "integer",
+    "invalid",
+    "mapping",
     "md5_of_body",
     "md5_of_message_attributes",
+    "message_attribute_filter",
     "message_attributes_from_wire",
     "message_to_wire",
+    "missing",
     "outgoing_message",
     "queue_attributes_to_wire",
     "queue_settings",
     "render_error",
+    "required_string",
+    "sent_to_wire",
+    "string",
+    "string_list",
+    "system_attribute_filter",
+    "system_attributes_md5",
 ]
 
 _SQS = "AWS.SimpleQueueService."
