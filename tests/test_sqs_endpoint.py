@@ -23,12 +23,20 @@ import anyio
 import boto3
 import pytest
 from aiobotocore.session import AioSession
+from aiohttp import web
+from aiohttp.test_utils import make_mocked_request
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from backends._sqs_protocol import md5_of_message_attributes
 from backends.memory import MemoryBackend
-from backends.sqs_endpoint import SqsEndpoint, serve_sqs, sqs_endpoint_in_thread
+from backends.sqs_endpoint import (
+    SqsEndpoint,
+    SqsService,
+    _Handler,
+    serve_sqs,
+    sqs_endpoint_in_thread,
+)
 from worker.types import MessageAttribute
 
 _CLIENT = {
@@ -655,3 +663,26 @@ async def _hang_up(client: Any, backend: MemoryBackend) -> None:
     got = await client.receive_message(QueueUrl=url)
     assert [m["Body"] for m in got["Messages"]] == ["m"]
     assert backend.engine.counts("q").in_flight == 1
+
+
+class _Body:
+    """The request body stream, as aiohttp's handler reads it."""
+
+    def __init__(self, raw: bytes) -> None:
+        self._raw = raw
+
+    async def read(self) -> bytes:
+        return self._raw
+
+
+@pytest.mark.asyncio
+async def test_bound_to_a_wildcard_address_queue_urls_follow_the_request_host() -> None:
+    backend = MemoryBackend()
+    handler = _Handler(SqsService(backend), None)  # what serve_sqs builds for 0.0.0.0
+    headers = {"Host": "sqs.internal:9324", "X-Amz-Target": "AmazonSQS.CreateQueue"}
+    body: Any = _Body(b'{"QueueName": "q"}')
+    request = make_mocked_request("POST", "/", headers=headers, payload=body)
+    response = await handler(request)
+    assert isinstance(response, web.Response) and isinstance(response.body, bytes)
+    assert json.loads(response.body) == {"QueueUrl": "http://sqs.internal:9324/000000000000/q"}
+    await backend.aclose()
