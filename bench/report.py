@@ -205,7 +205,7 @@ def _body(docstring: str | None) -> str:
 
 def _side_by_side(messages: int, images: Path) -> list[str]:
     try:
-        from bench import side_by_side  # type: ignore[attr-defined]
+        from bench import side_by_side
     except ImportError:
         return ["(not measured: bench/side_by_side.py is not there yet)"]
     lines: list[str] = side_by_side.report(messages, images)

@@ -1,0 +1,1 @@
+"""Processes that bench/side_by_side.py runs: lease-worker's no-op app and the floor loop."""
