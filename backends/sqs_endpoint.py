@@ -31,6 +31,7 @@ import itertools
 import json
 import secrets
 import socket
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -71,6 +72,8 @@ class SqsService:
         self._region = region
         self._account = account
         self._kept: dict[str, Mapping[str, str]] = {}
+        #: Requests served, by operation (known operations only): `GET /_stats` shows them.
+        self.requests: Counter[str] = Counter()
         self._operations: dict[str, _Operation] = {
             "CreateQueue": self.create_queue,
             "GetQueueUrl": self.get_queue_url,
@@ -93,6 +96,7 @@ class SqsService:
         handler = self._operations.get(operation)
         if handler is None:
             raise SqsError("UnsupportedOperation", f"{operation} is not supported here.")
+        self.requests[operation] += 1
         try:
             return await handler(params, base_url)
         except BackendError as error:
@@ -364,6 +368,9 @@ class _Handler:
 
     async def __call__(self, request: web.BaseRequest) -> web.StreamResponse:
         if request.method != "POST":
+            if request.path == "/_stats":  # for benchmarks: requests by operation
+                stats = {"requests": dict(self._service.requests)}
+                return web.Response(body=_encode(stats), content_type="application/json")
             return web.Response(text="lease-worker SQS endpoint\n")
         target = request.headers.get("X-Amz-Target", "")
         raw = await request.content.read()

@@ -686,3 +686,14 @@ async def test_bound_to_a_wildcard_address_queue_urls_follow_the_request_host() 
     assert isinstance(response, web.Response) and isinstance(response.body, bytes)
     assert json.loads(response.body) == {"QueueUrl": "http://sqs.internal:9324/000000000000/q"}
     await backend.aclose()
+
+
+def test_stats_count_requests_by_operation(sqs: Any, endpoint: SqsEndpoint) -> None:
+    url = sqs.create_queue(QueueName="counted")["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="a")
+    sqs.send_message(QueueUrl=url, MessageBody="b")
+    with pytest.raises(ClientError):
+        sqs.get_queue_url(QueueName="missing")  # refused, and counted all the same
+    with urllib.request.urlopen(f"{endpoint.url}/_stats", timeout=10) as answer:
+        stats = json.load(answer)
+    assert stats["requests"] == {"CreateQueue": 1, "SendMessage": 2, "GetQueueUrl": 1}
