@@ -18,8 +18,8 @@ Queues
   redrive policy to later receives.
 
 Messages
-- A sent message is delayed by its own delay (standard queues only; 0 means "the queue's"),
-  else by the queue's, then visible. A receive makes it invisible for the visibility timeout
+- A sent message is delayed by its own delay (standard queues only; 0 overrides the queue's),
+  else (None) by the queue's, then visible. A receive makes it invisible for the visibility timeout
   and hands out a new receipt handle; only the latest handle is valid. Retention counts from
   the send; expired messages vanish lazily, at the next call.
 - A message whose receive count would exceed maxReceiveCount on a receive moves to the DLQ
@@ -366,7 +366,8 @@ class MemoryEngine:
             sent_timestamp_ms=self._wall_ms(now),
             group_id=outgoing.group_id,
             deduplication_id=dedup_id,
-            visible_at=now + (outgoing.delay_s or state.config.delay_s),
+            visible_at=now
+            + (state.config.delay_s if outgoing.delay_s is None else outgoing.delay_s),
         )
         state.add(message, now, expires_at=now + state.config.retention_s)
         if dedup_id is not None:
@@ -652,7 +653,7 @@ def _send_problem(
         return "MissingParameter", "MessageBody is required"
     if _BAD_BODY.search(message.body):
         return "InvalidMessageContents", "the body holds characters SQS does not accept"
-    if not 0 <= message.delay_s <= dialect.max_delay_s:
+    if message.delay_s is not None and not 0 <= message.delay_s <= dialect.max_delay_s:
         return "InvalidParameterValue", f"DelaySeconds={message.delay_s}"
     for value in (message.group_id, message.deduplication_id):
         if value is not None and not _FIFO_ID.match(value):

@@ -179,9 +179,7 @@ def map_error(exc: BaseException, *, operation: str, queue: str = "") -> Backend
     cls = _class_for_exception(exc)
     if cls is None:
         return None
-    return _build(
-        cls, operation=operation, queue=queue, code=type(exc).__name__, detail=str(exc)
-    )
+    return _build(cls, operation=operation, queue=queue, code=type(exc).__name__, detail=str(exc))
 
 
 def check_entry_ids(operation: str, ids: Sequence[str], limit: int) -> None:

@@ -337,7 +337,7 @@ def outgoing_message(params: Mapping[str, Any], entry: str = "0") -> OutgoingMes
     return OutgoingMessage(
         body=body,
         entry_id=entry,
-        delay_s=integer(params, "DelaySeconds") or 0,
+        delay_s=integer(params, "DelaySeconds"),
         message_attributes=attributes,
         group_id=string(params, "MessageGroupId"),
         deduplication_id=string(params, "MessageDeduplicationId"),

@@ -156,7 +156,7 @@ def _message_from_wire(queue: str, raw: Mapping[str, Any]) -> ReceivedMessage:
 
 def _send_entry(message: OutgoingMessage) -> dict[str, Any]:
     entry: dict[str, Any] = {"Id": message.entry_id, "MessageBody": message.body}
-    if message.delay_s:
+    if message.delay_s is not None:
         entry["DelaySeconds"] = message.delay_s
     if message.message_attributes:
         entry["MessageAttributes"] = {

@@ -245,6 +245,17 @@ def test_message_delay_overrides_the_queue_delay(engine: MemoryEngine, clock: Ma
     assert bodies(engine.receive("jobs")) == ["a"]
 
 
+def test_an_explicit_zero_delay_overrides_the_queue_delay(
+    engine: MemoryEngine, clock: ManualClock
+) -> None:
+    engine.create_queue("jobs", delay_s=100)
+    send(engine, "jobs", "now", delay_s=0)
+    send(engine, "jobs", "later")  # no delay given: the queue's 100 s
+    assert bodies(engine.receive("jobs", 10)) == ["now"]
+    clock.advance(100)
+    assert bodies(engine.receive("jobs", 10)) == ["later"]
+
+
 def test_expired_messages_disappear(engine: MemoryEngine, clock: ManualClock) -> None:
     engine.create_queue("jobs", retention_s=60)
     [first] = send(engine, "jobs", "old")

@@ -65,7 +65,8 @@ class OutgoingMessage:
 
     body: str
     entry_id: str = "0"
-    delay_s: int = 0
+    #: Seconds before the message can be received; None: the queue's own delay.
+    delay_s: int | None = None
     message_attributes: Mapping[str, MessageAttribute] = field(
         default_factory=lambda: MappingProxyType({})
     )
