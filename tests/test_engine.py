@@ -251,7 +251,7 @@ def test_an_explicit_zero_delay_overrides_the_queue_delay(
     engine.create_queue("jobs", delay_s=100)
     send(engine, "jobs", "now", delay_s=0)
     send(engine, "jobs", "later")  # no delay given: the queue's 100 s
-    assert bodies(engine.receive("jobs", 10)) == ["now"]
+    assert bodies(engine.receive("jobs", 10, visibility_s=1000)) == ["now"]
     clock.advance(100)
     assert bodies(engine.receive("jobs", 10)) == ["later"]
 
