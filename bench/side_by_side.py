@@ -1,17 +1,20 @@
 """Side by side over the SQS protocol: lease-worker and its peers against the embedded endpoint.
 
-Every contender drains the same queue of N small messages with a no-op handler, in turn, on
-a fresh `lease-worker serve-sqs` process of its own (loopback, dummy credentials). The queue
-is filled before the contender starts (not measured). The clock runs from the first receive
-to the moment the queue is empty (visible + in flight = 0), both seen by polling
+Every contender drains the same queue of N small messages with a no-op handler, in turn, each
+against a fresh `lease-worker serve-sqs` process (loopback, dummy credentials). The queue is
+filled before the contender starts (not measured). The clock runs from the first receive to
+the moment the queue is empty (visible + in flight = 0), both seen by polling
 GetQueueAttributes (every 5 ms before the start, every 50 ms during the run, every 5 ms once
 the contender says "done"); CPU is read from /proc (utime + stime of the contender's whole
 process tree, and of the server) at those same two moments, so start-up is not counted.
 Requests per operation come from the endpoint's `GET /_stats`, less the harness's own polls.
+At full size the contenders take turns three times; each row shows its fastest round (the
+least disturbed by anything else on the machine), every round's msgs/s in brackets.
 
-Peers run with leases or heartbeats on where they have them, and with their documented
-throughput settings (batches of 10, long polls); each row's settings are listed under the
-table. bench/peers/setup.sh installs them (run from here when they are missing).
+Every contender may hold the same number of messages at once (10, one SQS batch; dramatiq's
+defaults hold up to 10 per process), with leases or heartbeats on where the library has
+them and its documented throughput settings; the list under the table gives them all.
+bench/peers/setup.sh installs the peers (run from here when they are missing).
 """
 
 from __future__ import annotations
@@ -51,31 +54,31 @@ _TICK_S = 1 / os.sysconf("SC_CLK_TCK")
 # -- processes ------------------------------------------------------------------------------
 
 
-def _children(pid: int) -> list[int]:
-    found: list[int] = []
-    try:
-        for task in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{task}/children") as listing:
-                found.extend(int(child) for child in listing.read().split())
-    except OSError:
-        pass
-    return found
+def _stat(pid: int) -> list[str]:
+    """The fields of /proc/PID/stat after the command name (so fields[0] is field 3)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rpartition(")")[2].split()
 
 
 def cpu_s(pid: int) -> float:
-    """CPU seconds of `pid`, its threads, its live descendants and its reaped children."""
+    """CPU seconds of `pid` with all its threads, its live descendants and reaped children."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        with suppress(OSError, IndexError, ValueError):
+            parents[int(entry)] = int(_stat(int(entry))[1])
     total, pending = 0.0, [pid]
     while pending:
         current = pending.pop()
-        try:
-            with open(f"/proc/{current}/stat") as stat:
-                fields = stat.read().rpartition(")")[2].split()
-        except OSError:
-            continue
-        # fields[0] is the state (field 3): utime, stime, cutime, cstime are fields 14-17.
-        total += sum(int(value) for value in fields[11:15]) * _TICK_S
-        pending.extend(_children(current))
+        with suppress(OSError):
+            # utime, stime, cutime, cstime: fields 14 to 17.
+            total += sum(int(value) for value in _stat(current)[11:15]) * _TICK_S
+        pending.extend(child for child, parent in parents.items() if parent == current)
     return total
+
+
+def _inherited() -> dict[str, str]:
+    """This environment without AWS or lease-worker settings, which would skew a contender."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "LEASE_WORKER_"))}
 
 
 class Process:
@@ -85,7 +88,7 @@ class Process:
         self.popen = subprocess.Popen(
             command,
             cwd=cwd,
-            env={**os.environ, **CREDENTIALS, **env},
+            env={**_inherited(), **CREDENTIALS, **env},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -361,7 +364,8 @@ def measure(contender: Contender, messages: int, *, counting: bool, version: str
     )
 
 
-def _measure_or_reason(contender: Contender, messages: int, counting: bool) -> Row | str:
+def attempt(contender: Contender, messages: int, counting: bool) -> Row | str:
+    """`measure`, or why the contender could not be measured."""
     reason = peers.missing(contender)
     if reason is not None:
         return reason
@@ -390,7 +394,7 @@ def run(messages: int, rounds: int = 1) -> list[Row]:
         for contender in everyone:
             if contender.name in failures:
                 continue
-            got = _measure_or_reason(contender, messages, counting)
+            got = attempt(contender, messages, counting)
             if isinstance(got, str):
                 failures[contender.name] = got
                 print(f"side_by_side: {contender.name} NOT MEASURED: {got}", file=sys.stderr)
@@ -447,14 +451,16 @@ def summary(rows: list[Row]) -> str:
     if ours is None or ours.failure is not None:
         return "lease-worker itself was not measured, so there are no ratios."
     ratios = [
-        f"{ours.rate / row.rate:.2f} x {row.contender.name}"
+        f"{ours.rate / row.rate:.2f} ({row.contender.name})"
         for row in rows
         if row is not ours and row.failure is None and row.rate > 0
     ]
+    missing = [row.contender.name for row in rows if row.failure is not None]
     return (
-        f"lease-worker drained {ours.messages:,} messages at {ours.rate:,.0f} msgs/s with "
-        f"leases on; lease-worker msgs/s ÷ each peer's: {', '.join(ratios) or 'no peer ran'}. "
-        f"It made {ours.requests_per_message:.3f} SQS requests per message "
+        f"lease-worker, leases on, drained {ours.messages:,} messages at {ours.rate:,.0f} "
+        f"msgs/s. lease-worker msgs/s ÷ each peer's: {', '.join(ratios) or 'no peer ran'}"
+        + (f"; **not measured: {', '.join(missing)}**" if missing else "")
+        + f". It made {ours.requests_per_message:.3f} SQS requests per message "
         f"({_operations(ours.requests)})."
     )
 
@@ -465,16 +471,16 @@ def plot(rows: list[Row], path: Path) -> None:
     matplotlib.use("Agg")
     from matplotlib import pyplot
 
-    figure, axes = pyplot.subplots(figsize=(6.4, 3.6), dpi=100)
-    names = [row.contender.name for row in reversed(rows)]
-    rates = [row.rate for row in reversed(rows)]
-    colors = ["tab:orange" if n == "lease-worker" else "tab:blue" for n in names]
-    axes.barh(names, rates, color=colors)
-    for position, row in enumerate(reversed(rows)):
-        if row.failure is not None:
-            axes.text(0, position, " not measured", va="center")
+    shown = list(reversed(rows))
+    figure, axes = pyplot.subplots(figsize=(7.2, 3.6), dpi=100)
+    names = [row.contender.name for row in shown]
+    colors = ["tab:orange" if name == "lease-worker" else "tab:blue" for name in names]
+    bars = axes.barh(names, [row.rate for row in shown], color=colors)
+    labels = ["not measured" if r.failure else f"{r.rate:,.0f}" for r in shown]
+    axes.bar_label(bars, labels, padding=3, fontsize=8)
+    axes.margins(x=0.15)
     axes.set_xlabel("messages per second (no-op handler)")
-    axes.set_title(f"Draining {rows[0].messages:,} messages over the SQS protocol")
+    axes.set_title(f"Draining {rows[0].messages:,} messages over SQS's protocol", fontsize=10)
     figure.tight_layout()
     figure.savefig(path)
     pyplot.close(figure)
@@ -483,9 +489,9 @@ def plot(rows: list[Row], path: Path) -> None:
 def report(messages: int, images: Path, rounds: int | None = None) -> list[str]:
     """The section's markdown; the chart goes to `images`/side_by_side.png.
 
-    `rounds` defaults to 2 (interleaved) at full size and 1 at smoke size (under 5,000).
+    `rounds` defaults to 3 at full size and 1 at smoke size (under 5,000 messages).
     """
-    rows = run(messages, rounds or (2 if messages >= 5_000 else 1))
+    rows = run(messages, rounds or (3 if messages >= 5_000 else 1))
     plot(rows, images / "side_by_side.png")
     settings = [f"- {row.contender.name}: {row.contender.settings}" for row in rows]
     return [
