@@ -355,7 +355,7 @@ class MemoryEngine:
         if state.config.fifo and dedup_id is None:
             dedup_id = hashlib.sha256(outgoing.body.encode()).hexdigest()
         if dedup_id is not None:
-            original = state.duplicate_of(dedup_id, now)
+            original = state.deduplication.duplicate_of(dedup_id, now)
             if original is not None:
                 return original
         message = Message(
@@ -371,7 +371,7 @@ class MemoryEngine:
         )
         state.add(message, now, expires_at=now + state.config.retention_s)
         if dedup_id is not None:
-            state.remember(dedup_id, message.message_id, now)
+            state.deduplication.remember(dedup_id, message.message_id, now)
         return message.message_id
 
     def check_batch(self, operation: str, queue: str, entry_ids: Sequence[str]) -> None:

@@ -15,10 +15,8 @@ Rules this module keeps (the engine above it validates requests and speaks the p
 - Only the receipt handle of the latest receive is in `handles`; older ones are forgotten,
   which is what makes them invalid.
 - Standard queues hand out VISIBLE messages in the order they became visible.
-- FIFO queues group messages by MessageGroupId. A group is *ready* when its first message
-  is VISIBLE and none of its messages is IN_FLIGHT; only ready groups are served, from the
-  first message on, in send order, stopping at the first message that is not VISIBLE.
-- Deduplication ids are remembered for a fixed window from the first send.
+- FIFO queues serve only ready groups (`backends._memory_groups`), from the first message
+  on, in send order, stopping at the first message that is not VISIBLE.
 """
 
 from __future__ import annotations
@@ -26,12 +24,19 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from enum import StrEnum
-from types import MappingProxyType
 
-from worker.types import MessageAttribute, ReceivedMessage, RedrivePolicy
+from backends._memory_dedup import DeduplicationWindow
+from backends._memory_groups import MessageGroups
+from backends._memory_message import (
+    Message,
+    MessageSnapshot,
+    MessageState,
+    received_message,
+    snapshot,
+)
+from worker.types import RedrivePolicy
 
 __all__ = [
     "Message",
@@ -43,37 +48,6 @@ __all__ = [
     "Taken",
     "received_message",
 ]
-
-DEDUPLICATION_WINDOW_S = 300.0
-
-
-class MessageState(StrEnum):
-    DELAYED = "delayed"
-    VISIBLE = "visible"
-    IN_FLIGHT = "in_flight"
-
-
-@dataclass(slots=True, eq=False, kw_only=True)
-class Message:
-    """One stored message. Mutable: the queue that holds it updates it in place."""
-
-    message_id: str
-    body: str
-    message_attributes: Mapping[str, MessageAttribute]
-    #: Monotonic time of the (original) send; retention counts from here.
-    sent_at: float
-    sent_timestamp_ms: int
-    group_id: str | None = None
-    deduplication_id: str | None = None
-    sequence_number: str | None = None
-    state: MessageState = MessageState.DELAYED
-    visible_at: float = 0.0
-    receive_count: int = 0
-    first_receive_ms: int | None = None
-    #: Monotonic time of the latest receive; the 12 h cap counts from here.
-    received_at: float = 0.0
-    receipt_handle: str | None = None
-    generation: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -95,26 +69,6 @@ class QueueCounts:
     visible: int
     in_flight: int
     delayed: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class MessageSnapshot:
-    """Test hook: the state of one message, as `MemoryEngine.peek` sees it."""
-
-    message_id: str
-    body: str
-    state: MessageState
-    receive_count: int
-    visible_at: float
-    received_at: float | None
-    receipt_handle: str | None
-    group_id: str | None
-
-
-@dataclass(slots=True, eq=False)
-class _Group:
-    ids: OrderedDict[str, None] = field(default_factory=OrderedDict)
-    in_flight: int = 0
 
 
 @dataclass(slots=True)
@@ -139,12 +93,10 @@ class Queue:
         self.in_flight: set[str] = set()
         self.delayed: set[str] = set()
         self.handles: dict[str, str] = {}
-        self._groups: dict[str, _Group] = {}
-        self._ready_groups: OrderedDict[str, None] = OrderedDict()
+        self._groups = MessageGroups(self.messages, fifo=config.fifo)
         self._timers: list[tuple[float, int, int, str]] = []
         self._expiries: list[tuple[float, int, str]] = []
-        self._dedup: dict[str, tuple[float, str]] = {}
-        self._dedup_expiries: list[tuple[float, str]] = []
+        self.deduplication = DeduplicationWindow()
         self._tiebreak = itertools.count()
         self._sequence = itertools.count(1)
 
@@ -161,10 +113,7 @@ class Queue:
             _, _, generation, message_id = heapq.heappop(self._timers)
             if self._is_live(generation, message_id):
                 self._make_visible(self.messages[message_id])
-        while self._dedup_expiries and self._dedup_expiries[0][0] <= now:
-            expires_at, dedup_id = heapq.heappop(self._dedup_expiries)
-            if self._dedup.get(dedup_id, (None, ""))[0] == expires_at:
-                del self._dedup[dedup_id]
+        self.deduplication.settle(now)
 
     def next_timer(self) -> float | None:
         """When the next DELAYED or IN_FLIGHT message turns VISIBLE (call after `settle`)."""
@@ -182,8 +131,7 @@ class Queue:
         self.messages[message.message_id] = message
         if self.config.fifo:
             message.sequence_number = f"{next(self._sequence):020d}"
-        if message.group_id is not None and self.config.fifo:
-            self._groups.setdefault(message.group_id, _Group()).ids[message.message_id] = None
+        self._groups.add(message)
         heapq.heappush(self._expiries, (expires_at, next(self._tiebreak), message.message_id))
         if len(self._expiries) > 2 * len(self.messages) + 64:
             # Deleted messages leave their entries for days of retention; prune them.
@@ -205,12 +153,7 @@ class Queue:
         self.delayed.discard(message_id)
         if message.receipt_handle is not None:
             self.handles.pop(message.receipt_handle, None)
-        if message.group_id is not None and self.config.fifo:
-            group = self._groups[message.group_id]
-            del group.ids[message_id]
-            if message.state is MessageState.IN_FLIGHT:
-                group.in_flight -= 1
-            self._refresh_group(message.group_id)
+        self._groups.remove(message)
 
     def purge(self, now: float) -> None:
         """Drop every message; deduplication ids stay remembered, as on SQS."""
@@ -220,7 +163,6 @@ class Queue:
         self.delayed.clear()
         self.handles.clear()
         self._groups.clear()
-        self._ready_groups.clear()
         self._timers.clear()
         self._expiries.clear()
         self.last_purge_at = now
@@ -315,10 +257,12 @@ class Queue:
         deliver: Callable[[Message], None],
         redrive: Callable[[Message], bool],
     ) -> None:
-        while len(taken.delivered) < count and self._ready_groups and len(self.in_flight) < limit:
-            group_id, _ = self._ready_groups.popitem(last=False)
+        while len(taken.delivered) < count and len(self.in_flight) < limit:
+            group_id = self._groups.pop_ready()
+            if group_id is None:
+                break
             moved: list[Message] = []
-            for message_id in self._groups[group_id].ids:
+            for message_id in self._groups.message_ids(group_id):
                 message = self.messages[message_id]
                 full = len(taken.delivered) >= count or len(self.in_flight) >= limit
                 if full or message.state is not MessageState.VISIBLE:
@@ -332,21 +276,7 @@ class Queue:
             for message in moved:
                 self.remove(message)
             taken.redriven.extend(moved)
-            self._refresh_group(group_id)
-
-    # -- deduplication ------------------------------------------------------------------
-
-    def duplicate_of(self, dedup_id: str, now: float) -> str | None:
-        """The message id first sent with `dedup_id` inside the window, if any."""
-        entry = self._dedup.get(dedup_id)
-        if entry is None or entry[0] <= now:
-            return None
-        return entry[1]
-
-    def remember(self, dedup_id: str, message_id: str, now: float) -> None:
-        expires_at = now + DEDUPLICATION_WINDOW_S
-        self._dedup[dedup_id] = (expires_at, message_id)
-        heapq.heappush(self._dedup_expiries, (expires_at, dedup_id))
+            self._groups.refresh(group_id)
 
     # -- test hooks ---------------------------------------------------------------------
 
@@ -355,18 +285,7 @@ class Queue:
 
     def snapshot(self, message_id: str) -> MessageSnapshot | None:
         message = self.messages.get(message_id)
-        if message is None:
-            return None
-        return MessageSnapshot(
-            message_id=message.message_id,
-            body=message.body,
-            state=message.state,
-            receive_count=message.receive_count,
-            visible_at=message.visible_at,
-            received_at=message.received_at if message.receive_count else None,
-            receipt_handle=message.receipt_handle,
-            group_id=message.group_id,
-        )
+        return None if message is None else snapshot(message)
 
     # -- internals ----------------------------------------------------------------------
 
@@ -386,16 +305,14 @@ class Queue:
 
     def _make_visible(self, message: Message) -> None:
         message_id = message.message_id
-        if message.state is MessageState.IN_FLIGHT:
+        was_in_flight = message.state is MessageState.IN_FLIGHT
+        if was_in_flight:
             self.in_flight.discard(message_id)
-            if message.group_id is not None and self.config.fifo:
-                self._groups[message.group_id].in_flight -= 1
         else:
             self.delayed.discard(message_id)
         message.state = MessageState.VISIBLE
         self.visible[message_id] = None
-        if message.group_id is not None and self.config.fifo:
-            self._refresh_group(message.group_id)
+        self._groups.became_visible(message, was_in_flight=was_in_flight)
 
     def _mark_in_flight(self, message: Message, deliver: Callable[[Message], None]) -> None:
         old_handle = message.receipt_handle
@@ -409,45 +326,4 @@ class Queue:
         message.state = MessageState.IN_FLIGHT
         message.generation += 1
         self._push_timer(message)
-        if message.group_id is not None and self.config.fifo:
-            self._groups[message.group_id].in_flight += 1
-
-    def _refresh_group(self, group_id: str) -> None:
-        """Keep `_ready_groups` true to the rule: head VISIBLE and nothing IN_FLIGHT."""
-        group = self._groups.get(group_id)
-        if group is None:
-            return
-        if not group.ids:
-            del self._groups[group_id]
-            self._ready_groups.pop(group_id, None)
-            return
-        head = self.messages[next(iter(group.ids))]
-        if group.in_flight == 0 and head.state is MessageState.VISIBLE:
-            self._ready_groups.setdefault(group_id, None)
-        else:
-            self._ready_groups.pop(group_id, None)
-
-
-def received_message(config: QueueConfig, message: Message) -> ReceivedMessage:
-    """The message as a receive returns it, system attributes spelled as SQS spells them."""
-    attributes = {
-        "SenderId": "000000000000",
-        "SentTimestamp": str(message.sent_timestamp_ms),
-        "ApproximateReceiveCount": str(message.receive_count),
-        "ApproximateFirstReceiveTimestamp": str(message.first_receive_ms),
-    }
-    if message.group_id is not None:
-        attributes["MessageGroupId"] = message.group_id
-    if config.fifo:
-        attributes["MessageDeduplicationId"] = str(message.deduplication_id)
-        attributes["SequenceNumber"] = str(message.sequence_number)
-    assert message.receipt_handle is not None, "only a received message is returned"
-    return ReceivedMessage(
-        queue=config.name,
-        message_id=message.message_id,
-        receipt_handle=message.receipt_handle,
-        body=message.body,
-        receive_count=message.receive_count,
-        attributes=MappingProxyType(attributes),
-        message_attributes=message.message_attributes,
-    )
+        self._groups.took_flight(message)
