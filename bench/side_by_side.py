@@ -27,6 +27,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -223,12 +224,11 @@ class Server:
 
 
 @contextmanager
-def server(counting: bool) -> Iterator[Server]:
-    """A fresh endpoint process; `counting`: the bench wrapper that adds `/_stats`."""
+def server() -> Iterator[Server]:
+    """A fresh `lease-worker serve-sqs` process on a free loopback port."""
     port = _free_port()
-    module = ["bench.apps.counting_endpoint"] if counting else ["worker", "serve-sqs"]
-    command = [sys.executable, "-m", *module, "--host", "127.0.0.1", "--port", str(port)]
-    with started([*command, "--log-level", "warning"], env={}) as process:
+    command = [sys.executable, "-m", "worker", "serve-sqs", "--host", "127.0.0.1"]
+    with started([*command, "--port", str(port), "--log-level", "warning"], env={}) as process:
         deadline = time.monotonic() + 30
         while True:
             try:
@@ -244,15 +244,6 @@ def server(counting: bool) -> Iterator[Server]:
             yield Server(process, port, sqs)
         finally:
             sqs.close()
-
-
-def endpoint_has_stats() -> bool:
-    with server(counting=False) as endpoint:
-        status, raw = endpoint.sqs.get("/_stats")
-    try:
-        return status == 200 and "requests" in json.loads(raw)
-    except ValueError:
-        return False
 
 
 # -- one contender --------------------------------------------------------------------------
@@ -334,8 +325,8 @@ def _watch(sqs: Sqs, url: str, messages: int, process: Process, server_pid: int)
             process.done.wait(0.05)
 
 
-def measure(contender: Contender, messages: int, *, counting: bool, version: str) -> Row:
-    with server(counting) as endpoint:
+def measure(contender: Contender, messages: int, *, version: str = "") -> Row:
+    with server() as endpoint:
         sqs = endpoint.sqs
         attributes = {"VisibilityTimeout": "30"}
         url = str(sqs.call("CreateQueue", QueueName=QUEUE, Attributes=attributes)["QueueUrl"])
@@ -364,13 +355,13 @@ def measure(contender: Contender, messages: int, *, counting: bool, version: str
     )
 
 
-def attempt(contender: Contender, messages: int, counting: bool) -> Row | str:
+def attempt(contender: Contender, messages: int) -> Row | str:
     """`measure`, or why the contender could not be measured."""
     reason = peers.missing(contender)
     if reason is not None:
         return reason
     try:
-        return measure(contender, messages, counting=counting, version="")
+        return measure(contender, messages)
     except (Failed, RuntimeError, OSError, ValueError, KeyError) as error:
         return str(error) or type(error).__name__
 
@@ -386,7 +377,6 @@ def run(messages: int, rounds: int = 1) -> list[Row]:
     if trouble:
         print(f"side_by_side: PEERS NOT (ALL) INSTALLED: {trouble}", file=sys.stderr)
     versions = peers.versions()
-    counting = not endpoint_has_stats()
     everyone = peers.contenders()
     measured: dict[str, list[Row]] = {c.name: [] for c in everyone}
     failures: dict[str, str] = {}
@@ -394,7 +384,7 @@ def run(messages: int, rounds: int = 1) -> list[Row]:
         for contender in everyone:
             if contender.name in failures:
                 continue
-            got = attempt(contender, messages, counting)
+            got = attempt(contender, messages)
             if isinstance(got, str):
                 failures[contender.name] = got
                 print(f"side_by_side: {contender.name} NOT MEASURED: {got}", file=sys.stderr)
@@ -512,3 +502,21 @@ def report(messages: int, images: Path, rounds: int | None = None) -> list[str]:
 
 def _body(docstring: str | None) -> str:
     return (docstring or "").strip().partition("\n")[2].strip()
+
+
+def main() -> None:
+    """`python -m bench.side_by_side [--messages N] [--rounds R] [--images DIR]`: this section
+    alone, printed as markdown (`python -m bench.report` runs it with the rest)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--messages", type=int, default=20_000)
+    parser.add_argument("--rounds", type=int, default=None)
+    parser.add_argument("--images", type=Path, default=Path(tempfile.gettempdir()) / "bench")
+    args = parser.parse_args()
+    args.images.mkdir(parents=True, exist_ok=True)
+    print("\n".join(report(args.messages, args.images, args.rounds)))
+
+
+if __name__ == "__main__":
+    main()

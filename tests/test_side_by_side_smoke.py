@@ -28,7 +28,7 @@ def _ours(name: str) -> Contender:
 
 @pytest.mark.parametrize("name", ["lease-worker", "floor: raw aiobotocore loop"])
 def test_drains_the_queue_and_counts_its_requests(name: str) -> None:
-    row = side_by_side.measure(_ours(name), MESSAGES, counting=True, version="test")
+    row = side_by_side.measure(_ours(name), MESSAGES)
     assert row.failure is None
     assert row.wall_s > 0
     assert row.worker_cpu_s >= 0 and row.server_cpu_s >= 0
@@ -43,7 +43,7 @@ def test_a_contender_that_dies_is_a_row_saying_why(tmp_path: Path) -> None:
         "exits at once",
         (sys.executable, "-c", "import sys; sys.exit('no queue for me')"),
     )
-    got = side_by_side.attempt(broken, MESSAGES, True)
+    got = side_by_side.attempt(broken, MESSAGES)
     assert isinstance(got, str)
     assert "status 1" in got and "no queue for me" in got
     row = side_by_side.Row(broken, "?", MESSAGES, failure=got)
