@@ -1,23 +1,10 @@
 """A pure, synchronous model of Amazon SQS, driven by an injected clock.
 
-The rules, as SQS keeps them and as this engine enforces them (strict where SQS is strict):
+The engine is its queues (`backends._memory_catalog`: created, changed, purged, deleted),
+the checks every request passes first (`backends._memory_rules`, with `Dialect`) and, here,
+the messages. Their rules, as SQS keeps them and as this engine enforces them (strict where
+SQS is strict):
 
-Queues
-- A name is 1-80 characters of `[A-Za-z0-9_-]`, a `.fifo` suffix making a FIFO queue. Every
-  call takes a queue by name or by its URL, `http://memory.invalid/000000000000/<name>`.
-  An unknown queue raises `QueueNotFound`.
-- Creating an existing queue with the same attributes returns its URL; with other attributes
-  it fails (`QueueAlreadyExists`). A name cannot be reused for 60 s after its deletion
-  (`AWS.SimpleQueueService.QueueDeletedRecently`); a queue can be purged once per 60 s
-  (`AWS.SimpleQueueService.PurgeQueueInProgress`).
-- A redrive policy names an existing queue of the same kind; maxReceiveCount is 1-1,000.
-- Attributes can be changed on an existing queue (`set_queue_attributes`), checked as at
-  creation, and a queue cannot become its own DLQ. A new visibility timeout or delay applies
-  to later receives and sends; a new retention period to every stored message at once
-  (counted from its send, so shortening it may expire messages at the next call); a new
-  redrive policy to later receives.
-
-Messages
 - A sent message is delayed by its own delay (standard queues only; 0 overrides the queue's),
   else (None) by the queue's, then visible. A receive makes it invisible for the visibility timeout
   and hands out a new receipt handle; only the latest handle is valid. Retention counts from
@@ -27,64 +14,48 @@ Messages
   attributes and receive count (the DLQ's consumer sees how often it was tried). Moved from a
   standard queue it keeps its send time, so retention runs on (as on SQS); a FIFO DLQ
   restarts retention. If the DLQ is gone, the message is delivered as if there were no policy.
-- Visibility is 0-43,200 s, and a message may not stay invisible past its receive plus
-  43,200 s (`InvalidParameterValue`, per entry). Visibility 0 makes it visible at once; only
-  a receive moves a message to its DLQ.
+- A message may not stay invisible past its receive plus 43,200 s (`InvalidParameterValue`,
+  per entry). Visibility 0 makes it visible at once; only a receive moves a message to its DLQ.
 - A visibility change needs the latest handle (`ReceiptHandleIsInvalid` otherwise) of a
   message in flight (`MessageNotInflight` otherwise). A delete needs the latest handle, in
   flight or not; a stale or repeated delete is `ReceiptHandleIsInvalid` (stricter than SQS).
-- FIFO: MessageGroupId is required (`MissingParameter`), a per-message delay is refused, a
-  deduplication id (explicit, or the body's SHA-256 with ContentBasedDeduplication) is
-  required; a duplicate within 5 minutes of the first send succeeds, returns the first
-  MessageId and stores nothing. Standard queues refuse a deduplication id but keep a group id
-  (SQS fair queues do) without ordering by it.
-- A body is 1 or more characters SQS accepts (`InvalidMessageContents` otherwise); a batch
-  of more than 1 MiB in all fails whole (`AWS.SimpleQueueService.BatchRequestTooLong`).
+- FIFO: without an explicit deduplication id, ContentBasedDeduplication makes it the body's
+  SHA-256; a duplicate within 5 minutes of the first send succeeds, returns the first
+  MessageId and stores nothing. Standard queues keep a group id (SQS fair queues do) without
+  ordering by it.
 - At `max_in_flight` messages in flight, a short poll raises `OverLimit`; a long poll (the
   adapter's) gets fewer or none.
-
-Batches
-- Send, change-visibility and delete take 1-10 entries with distinct ids of 1-80
-  `[A-Za-z0-9_-]` characters, else the whole call fails (`FatalBackendError`, SQS's code). A
-  failed entry is an `EntryFailure` value (`sender_fault=True`). A receive takes 1-10.
-
-Only the SQS dialect is implemented. `Dialect` holds the numbers that differ between services
-and the engine reads every one of them; a later Alibaba Cloud SMQ dialect (batches of 16,
-minimum visibility 1, a new receipt handle from every visibility change, no FIFO, its own error
-codes) needs new fields and code for those behaviours, not just other numbers.
+- A failed entry of a batch is an `EntryFailure` value (`sender_fault=True`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import itertools
-import re
 import secrets
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from enum import Enum
+from dataclasses import replace
 from types import MappingProxyType
-from typing import Literal, NoReturn, TypeVar
 
-from backends._memory_queue import (
-    Message,
-    MessageSnapshot,
-    MessageState,
-    Queue,
-    QueueConfig,
-    QueueCounts,
-    received_message,
+from backends import _memory_rules as rules
+from backends._memory_catalog import (
+    QUEUE_URL_PREFIX,
+    UNCHANGED,
+    QueueCatalog,
+    QueueDescription,
+    Unchanged,
 )
+from backends._memory_message import Message, MessageSnapshot, MessageState, received_message
+from backends._memory_queue import Queue, QueueConfig, QueueCounts
+from backends._memory_rules import SQS_DIALECT, Dialect
 from worker.clock import Clock
-from worker.errors import FatalBackendError, OverLimit, QueueNotFound
+from worker.errors import OverLimit
 from worker.types import (
     BatchResult,
     Deletion,
     EntryFailure,
     OutgoingMessage,
-    QueueInfo,
     ReceivedMessage,
-    RedrivePolicy,
     VisibilityChange,
 )
 
@@ -102,66 +73,8 @@ __all__ = [
     "Unchanged",
 ]
 
-QUEUE_URL_PREFIX = "http://memory.invalid/000000000000/"
-_SQS = "AWS.SimpleQueueService."
-_QUEUE_NAME = re.compile(r"(?=.{1,80}\Z)[A-Za-z0-9_-]+(\.fifo)?\Z")
-_ENTRY_ID = re.compile(r"[A-Za-z0-9_-]{1,80}\Z")
-_FIFO_ID = re.compile(r"[!-~]{1,128}\Z")
-# The characters SQS accepts in a body (XML 1.0's), negated.
-_BAD_BODY = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
-_RECREATE_AFTER_S = 60.0
-_T = TypeVar("_T")
-_PURGE_EVERY_S = 60.0
 
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Dialect:
-    """The numbers in which services differ. Only `SQS_DIALECT` is modelled (see above)."""
-
-    name: str
-    max_batch_entries: int
-    max_receive: int
-    min_visibility_s: int
-    max_visibility_s: int
-    #: How long a message may stay invisible counted from its receive.
-    max_lease_s: int
-    max_delay_s: int
-    max_message_bytes: int
-
-
-SQS_DIALECT = Dialect(
-    name="sqs",
-    max_batch_entries=10,
-    max_receive=10,
-    min_visibility_s=0,
-    max_visibility_s=43_200,
-    max_lease_s=43_200,
-    max_delay_s=900,
-    max_message_bytes=1_048_576,
-)
-
-
-class _Unchanged(Enum):
-    UNCHANGED = "unchanged"
-
-
-Unchanged = Literal[_Unchanged.UNCHANGED]
-#: `set_queue_attributes(redrive=UNCHANGED)` keeps the redrive policy (None removes it).
-UNCHANGED: Unchanged = _Unchanged.UNCHANGED
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class QueueDescription:
-    """Everything GetQueueAttributes reports of one queue (counts are exact here)."""
-
-    config: QueueConfig
-    counts: QueueCounts
-    #: Seconds since the Unix epoch, as SQS's CreatedTimestamp and LastModifiedTimestamp.
-    created_timestamp: int
-    last_modified_timestamp: int
-
-
-class MemoryEngine:
+class MemoryEngine(QueueCatalog):
     """An SQS model in memory. Synchronous and never sleeps: it reads `clock.now()` per call.
 
     `max_in_flight` is the in-flight quota of each queue (SQS: 120,000); tests set it low.
@@ -174,170 +87,23 @@ class MemoryEngine:
     ) -> None:
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
-        self.clock = clock
-        self.dialect = dialect
+        super().__init__(clock, dialect=dialect)
         self.max_in_flight = max_in_flight
-        self._queues: dict[str, Queue] = {}
-        self._deleted_at: dict[str, float] = {}
-        self._listeners: list[Callable[[str], None]] = []
         # Ids need only be unique and opaque: a random prefix and a counter are both, and
         # much cheaper than a uuid4 each at 100,000 messages.
         self._id_prefix = secrets.token_hex(6)
         self._ids = itertools.count(1)
 
-    # -- queues -------------------------------------------------------------------------
-
-    @staticmethod
-    def queue_name(queue: str) -> str:
-        """The name in `queue` (a name or this engine's URL); does not check it exists."""
-        return queue.removeprefix(QUEUE_URL_PREFIX)
-
-    def queue_url(self, queue: str) -> str:
-        return self._queue(queue, "GetQueueUrl").config.url
-
-    def list_queues(self, prefix: str = "") -> list[str]:
-        """Names of the queues, sorted; only those starting with `prefix` if given."""
-        return sorted(name for name in self._queues if name.startswith(prefix))
-
-    def create_queue(
-        self,
-        name: str,
-        *,
-        visibility_timeout_s: int = 30,
-        delay_s: int = 0,
-        retention_s: int = 345_600,
-        redrive: RedrivePolicy | None = None,
-        content_based_deduplication: bool = False,
-    ) -> str:
-        """Create `name` (FIFO when it ends in `.fifo`) and return its URL. Idempotent."""
-        if not _QUEUE_NAME.match(name):
-            _fail("CreateQueue", name, "InvalidParameterValue", "invalid queue name")
-        config = QueueConfig(
-            name=name,
-            url=QUEUE_URL_PREFIX + name,
-            fifo=name.endswith(".fifo"),
-            visibility_timeout_s=visibility_timeout_s,
-            delay_s=delay_s,
-            retention_s=retention_s,
-            redrive=redrive,
-            content_based_deduplication=content_based_deduplication,
-        )
-        self._check_new_queue(config)
-        existing = self._queues.get(name)
-        if existing is not None:
-            if existing.config != config:
-                _fail("CreateQueue", name, "QueueAlreadyExists", "other attributes")
-            return existing.config.url
-        self._queues[name] = Queue(config, created_at=self.clock.now())
-        return config.url
-
-    def _check_new_queue(self, config: QueueConfig) -> None:
-        _check_attributes(config, self.dialect)
-        deleted_at = self._deleted_at.get(config.name)
-        if deleted_at is not None and self.clock.now() - deleted_at < _RECREATE_AFTER_S:
-            _fail("CreateQueue", config.name, _SQS + "QueueDeletedRecently", "wait 60 s")
-        if config.redrive is not None:
-            self._check_dead_letter_queue(config, "CreateQueue")
-
-    def _check_dead_letter_queue(self, config: QueueConfig, operation: str) -> None:
-        assert config.redrive is not None
-        target = self._queues.get(self.queue_name(config.redrive.dead_letter_queue))
-        if target is None:
-            _fail(operation, config.name, "InvalidParameterValue", "no such DLQ")
-        if target.config.fifo != config.fifo:
-            _fail(operation, config.name, "InvalidParameterValue", "DLQ of another type")
-
-    def set_queue_attributes(
-        self,
-        queue: str,
-        *,
-        visibility_timeout_s: int | None = None,
-        delay_s: int | None = None,
-        retention_s: int | None = None,
-        redrive: RedrivePolicy | Unchanged | None = UNCHANGED,
-        content_based_deduplication: bool | None = None,
-    ) -> None:
-        """Change attributes of an existing queue; None (or UNCHANGED) keeps one as it is."""
-        op = "SetQueueAttributes"
-        state = self._settled(queue, op)
-        old = state.config
-        config = replace(
-            old,
-            visibility_timeout_s=_given(visibility_timeout_s, old.visibility_timeout_s),
-            delay_s=_given(delay_s, old.delay_s),
-            retention_s=_given(retention_s, old.retention_s),
-            redrive=old.redrive if redrive is UNCHANGED else redrive,
-            content_based_deduplication=_given(
-                content_based_deduplication, old.content_based_deduplication
-            ),
-        )
-        _check_attributes(config, self.dialect, op)
-        if config.redrive is not None:
-            target = self.queue_name(config.redrive.dead_letter_queue)
-            if target == config.name:
-                _fail(op, config.name, "InvalidParameterValue", "a queue cannot be its own DLQ")
-            self._check_dead_letter_queue(config, op)
-        state.config = config
-        state.modified_at = self.clock.now()
-        if config.retention_s != old.retention_s:
-            state.set_retention(config.retention_s)
-            state.settle(self.clock.now())
-        if config.redrive != old.redrive:
-            # A message held back only by the old policy's DLQ may be receivable now.
-            self._notify(config.name)
-
-    def describe_queue(self, queue: str) -> QueueDescription:
-        state = self._settled(queue, "GetQueueAttributes")
-        return QueueDescription(
-            config=state.config,
-            counts=state.counts(),
-            created_timestamp=self._wall_ms(state.created_at) // 1000,
-            last_modified_timestamp=self._wall_ms(state.modified_at) // 1000,
-        )
-
-    def delete_queue(self, queue: str) -> None:
-        name = self._queue(queue, "DeleteQueue").config.name
-        del self._queues[name]
-        self._deleted_at[name] = self.clock.now()
-        self._notify(name)
-
-    def purge(self, queue: str) -> None:
-        """Drop every message at once (SQS may take up to 60 s; this model takes none)."""
-        state = self._queue(queue, "PurgeQueue")
-        now = self.clock.now()
-        if state.last_purge_at is not None and now - state.last_purge_at < _PURGE_EVERY_S:
-            _fail("PurgeQueue", state.config.name, _SQS + "PurgeQueueInProgress", "wait 60 s")
-        state.purge(now)
-        self._notify(state.config.name)
-
-    def queue_info(self, queue: str) -> QueueInfo:
-        state = self._settled(queue, "GetQueueAttributes")
-        config = state.config
-        return QueueInfo(
-            name=config.name,
-            url=config.url,
-            visibility_timeout_s=config.visibility_timeout_s,
-            fifo=config.fifo,
-            delay_s=config.delay_s,
-            redrive=config.redrive,
-            approximate_visible=len(state.visible),
-            approximate_in_flight=len(state.in_flight),
-            approximate_delayed=len(state.delayed),
-        )
-
     # -- messages -----------------------------------------------------------------------
 
     def send(self, queue: str, messages: Sequence[OutgoingMessage]) -> BatchResult:
-        op = "SendMessageBatch"
-        state = self._settled(queue, op)
-        _check_batch(op, state.config.name, [m.entry_id for m in messages], self.dialect)
-        if sum(_size(m) for m in messages) > self.dialect.max_message_bytes:
-            _fail(op, state.config.name, _SQS + "BatchRequestTooLong", "batch too large")
+        state = self._settled(queue, "SendMessageBatch")
+        rules.check_send_batch(state.config.name, messages, self.dialect)
         succeeded: list[str] = []
         failed: list[EntryFailure] = []
         ids: dict[str, str] = {}
         for message in messages:
-            problem = _send_problem(state.config, message, self.dialect)
+            problem = rules.send_problem(state.config, message, self.dialect)
             if problem is None:
                 ids[message.entry_id] = self._send_one(state, message)
                 succeeded.append(message.entry_id)
@@ -377,7 +143,7 @@ class MemoryEngine:
     def check_batch(self, operation: str, queue: str, entry_ids: Sequence[str]) -> None:
         """The whole-call checks of a batch (count, ids), as `send` and the others make them;
         for a front end that refuses some entries itself before calling the engine."""
-        _check_batch(operation, self.queue_name(queue), entry_ids, self.dialect)
+        rules.check_batch(operation, self.queue_name(queue), entry_ids, self.dialect)
 
     def sequence_number(self, queue: str, message_id: str) -> str | None:
         """The FIFO sequence number of a stored message; None on a standard queue or once the
@@ -401,12 +167,9 @@ class MemoryEngine:
         op = "ReceiveMessage"
         state = self._settled(queue, op)
         name = state.config.name
-        if not 1 <= max_messages <= self.dialect.max_receive:
-            _fail(op, name, "InvalidParameterValue", f"MaxNumberOfMessages={max_messages}")
         if visibility_s is None:
             visibility_s = state.config.visibility_timeout_s
-        if not self.dialect.min_visibility_s <= visibility_s <= self.dialect.max_visibility_s:
-            _fail(op, name, "InvalidParameterValue", f"VisibilityTimeout={visibility_s}")
+        rules.check_receive(name, max_messages, visibility_s, self.dialect)
         room = self.max_in_flight - len(state.in_flight)
         if room <= 0 and not long_poll:
             raise OverLimit(
@@ -426,18 +189,13 @@ class MemoryEngine:
         """Extend or release leases; visibility 0 makes a message visible at once."""
         op = "ChangeMessageVisibilityBatch"
         state = self._settled(queue, op)
-        _check_batch(op, state.config.name, [e.entry_id for e in entries], self.dialect)
+        rules.check_batch(op, state.config.name, [e.entry_id for e in entries], self.dialect)
         now = self.clock.now()
-        low, high = self.dialect.min_visibility_s, self.dialect.max_visibility_s
         succeeded: list[str] = []
         failed: list[EntryFailure] = []
         for entry in entries:
-            if not low <= entry.visibility_s <= high:
-                problem: tuple[str, str] | None = (
-                    "InvalidParameterValue",
-                    f"visibility {entry.visibility_s} not in {low}-{high}",
-                )
-            else:
+            problem = rules.visibility_problem(entry.visibility_s, self.dialect)
+            if problem is None:
                 problem = state.change_visibility(
                     entry.receipt_handle,
                     entry.visibility_s,
@@ -455,7 +213,7 @@ class MemoryEngine:
     def delete(self, queue: str, entries: Sequence[Deletion]) -> BatchResult:
         op = "DeleteMessageBatch"
         state = self._settled(queue, op)
-        _check_batch(op, state.config.name, [e.entry_id for e in entries], self.dialect)
+        rules.check_batch(op, state.config.name, [e.entry_id for e in entries], self.dialect)
         succeeded: list[str] = []
         failed: list[EntryFailure] = []
         for entry in entries:
@@ -484,18 +242,6 @@ class MemoryEngine:
         """
         return self._settled(queue, "ReceiveMessage").next_timer()
 
-    def subscribe(self, listener: Callable[[str], None]) -> Callable[[], None]:
-        """Call `listener(queue_name)` after each change that may let a waiting receive on
-        that queue get messages (send, release, delete, purge, redrive, `expire`, queue
-        deletion). Returns the unsubscribe function. Listeners must not call the engine."""
-        self._listeners.append(listener)
-
-        def unsubscribe() -> None:
-            if listener in self._listeners:
-                self._listeners.remove(listener)
-
-        return unsubscribe
-
     # -- test hooks (not part of SQS) ---------------------------------------------------
 
     def counts(self, queue: str) -> QueueCounts:
@@ -523,33 +269,9 @@ class MemoryEngine:
 
     # -- internals ----------------------------------------------------------------------
 
-    def _queue(self, queue: str, operation: str) -> Queue:
-        name = self.queue_name(queue)
-        state = self._queues.get(name)
-        if state is None:
-            raise QueueNotFound(
-                f"queue {name!r} does not exist",
-                operation=operation,
-                queue=name,
-                code=_SQS + "NonExistentQueue",
-            )
-        return state
-
-    def _settled(self, queue: str, operation: str) -> Queue:
-        state = self._queue(queue, operation)
-        state.settle(self.clock.now())
-        return state
-
-    def _notify(self, name: str) -> None:
-        for listener in list(self._listeners):
-            listener(name)
-
     def _new_id(self) -> str:
         prefix = self._id_prefix
         return f"{prefix[:8]}-{prefix[8:]}-4000-8000-{next(self._ids):012x}"
-
-    def _wall_ms(self, now: float) -> int:
-        return int((now + self.clock.wall_offset_s()) * 1000)
 
     def _deliverer(self, visibility_s: int) -> Callable[[Message], None]:
         now = self.clock.now()
@@ -586,95 +308,3 @@ class MemoryEngine:
             )
             target.add(moved, now, expires_at=moved.sent_at + target.config.retention_s)
         self._notify(target.config.name)
-
-
-# -- request validation ---------------------------------------------------------------------
-
-
-def _fail(operation: str, queue: str, code: str, reason: str) -> NoReturn:
-    raise FatalBackendError(
-        f"{operation} on {queue!r}: {code}: {reason}", operation=operation, queue=queue, code=code
-    )
-
-
-def _check_batch(operation: str, queue: str, ids: Sequence[str], dialect: Dialect) -> None:
-    """Whole-call checks of a batch, in the order SQS makes them."""
-    if not ids:
-        _fail(operation, queue, _SQS + "EmptyBatchRequest", "no entries")
-    if len(ids) > dialect.max_batch_entries:
-        _fail(
-            operation,
-            queue,
-            _SQS + "TooManyEntriesInBatchRequest",
-            f"{len(ids)} entries, at most {dialect.max_batch_entries}",
-        )
-    if not all(_ENTRY_ID.match(entry_id) for entry_id in ids):
-        _fail(operation, queue, _SQS + "InvalidBatchEntryId", "ids are 1-80 of [A-Za-z0-9_-]")
-    if len(set(ids)) != len(ids):
-        _fail(operation, queue, _SQS + "BatchEntryIdsNotDistinct", "entry ids repeat")
-
-
-def _given(value: _T | None, default: _T) -> _T:
-    return default if value is None else value
-
-
-def _check_attributes(
-    config: QueueConfig, dialect: Dialect, operation: str = "CreateQueue"
-) -> None:
-    ranges = [
-        ("VisibilityTimeout", config.visibility_timeout_s, 0, dialect.max_visibility_s),
-        ("DelaySeconds", config.delay_s, 0, dialect.max_delay_s),
-        ("MessageRetentionPeriod", config.retention_s, 60, 1_209_600),
-    ]
-    if config.redrive is not None:
-        ranges.append(("maxReceiveCount", config.redrive.max_receive_count, 1, 1_000))
-    for attribute, value, low, high in ranges:
-        if not low <= value <= high:
-            _fail(
-                operation,
-                config.name,
-                "InvalidAttributeValue",
-                f"{attribute}={value} is not in {low}-{high}",
-            )
-    if config.content_based_deduplication and not config.fifo:
-        _fail(
-            operation,
-            config.name,
-            "InvalidAttributeName",
-            "ContentBasedDeduplication is for FIFO queues",
-        )
-
-
-def _send_problem(
-    config: QueueConfig, message: OutgoingMessage, dialect: Dialect
-) -> tuple[str, str] | None:
-    """Why SQS would refuse this entry of a send batch: (code, reason), or None."""
-    if not message.body:
-        return "MissingParameter", "MessageBody is required"
-    if _BAD_BODY.search(message.body):
-        return "InvalidMessageContents", "the body holds characters SQS does not accept"
-    if message.delay_s is not None and not 0 <= message.delay_s <= dialect.max_delay_s:
-        return "InvalidParameterValue", f"DelaySeconds={message.delay_s}"
-    for value in (message.group_id, message.deduplication_id):
-        if value is not None and not _FIFO_ID.match(value):
-            return "InvalidParameterValue", "ids are 1-128 printable ASCII characters"
-    if not config.fifo:
-        if message.deduplication_id is not None:
-            return "InvalidParameterValue", "MessageDeduplicationId is for FIFO queues"
-        return None
-    if message.group_id is None:
-        return "MissingParameter", "a FIFO queue needs MessageGroupId"
-    if message.delay_s:
-        return "InvalidParameterValue", "FIFO queues take no per-message DelaySeconds"
-    if message.deduplication_id is None and not config.content_based_deduplication:
-        return "InvalidParameterValue", "no MessageDeduplicationId, no content-based dedup"
-    return None
-
-
-def _size(message: OutgoingMessage) -> int:
-    # surrogatepass: a body with lone surrogates is refused per entry, not with a crash here.
-    size = len(message.body.encode("utf-8", "surrogatepass"))
-    for name, attribute in message.message_attributes.items():
-        size += len(name.encode()) + len(attribute.data_type.encode())
-        size += len((attribute.string_value or "").encode()) + len(attribute.binary_value or b"")
-    return size
