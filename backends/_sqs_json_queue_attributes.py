@@ -1,10 +1,11 @@
 """Queue attributes in SQS's JSON protocol: a request's settings in, a queue's attributes out.
 
-No HTTP and no engine calls here (`backends.sqs_endpoint` does both); the rule kept:
+No HTTP and no engine calls here (`backends.sqs_endpoint` does both); the rules kept:
 
 - Queue attributes the engine does not model (`ReceiveMessageWaitTimeSeconds`, which sets
   the default long poll, `MaximumMessageSize`, `Policy`, KMS and SSE settings) are kept as
   strings and reported back; unknown attribute names are `InvalidAttributeName`.
+- CreateQueue on an existing queue compares only the attributes given (as SQS does).
 """
 
 from __future__ import annotations
@@ -19,7 +20,14 @@ from backends._memory_catalog import UNCHANGED, QueueDescription, Unchanged
 from backends._sqs_json_errors import SqsError
 from worker.types import RedrivePolicy as Redrive
 
-__all__ = ["QUEUE_ATTRIBUTE_NAMES", "QueueSettings", "queue_attributes_to_wire", "queue_settings"]
+__all__ = [
+    "QUEUE_ATTRIBUTE_NAMES",
+    "QueueSettings",
+    "check_same",
+    "create_fields",
+    "queue_attributes_to_wire",
+    "queue_settings",
+]
 
 #: Every name GetQueueAttributes accepts (SQS's `QueueAttributeName`).
 QUEUE_ATTRIBUTE_NAMES = frozenset(
@@ -85,6 +93,45 @@ def queue_settings(attributes: Mapping[str, Any]) -> QueueSettings:
         content_based_deduplication=_optional_bool(attributes, "ContentBasedDeduplication"),
         kept=MappingProxyType({k: v for k, v in attributes.items() if k in _KEPT}),
     )
+
+
+def create_fields(settings: QueueSettings) -> dict[str, Any]:
+    """The keywords of `create_queue` that `settings` give."""
+    fields: dict[str, Any] = {
+        "visibility_timeout_s": settings.visibility_timeout_s,
+        "delay_s": settings.delay_s,
+        "retention_s": settings.retention_s,
+        "content_based_deduplication": settings.content_based_deduplication,
+    }
+    if settings.redrive is not UNCHANGED:
+        fields["redrive"] = settings.redrive
+    return {key: value for key, value in fields.items() if value is not None}
+
+
+def check_same(current: QueueDescription, settings: QueueSettings, kept: Mapping[str, str]) -> None:
+    """Refuse `settings` that differ from the queue's (`kept`: its unmodelled attributes)."""
+    config = current.config
+    given: dict[str, tuple[object, object]] = {
+        "VisibilityTimeout": (settings.visibility_timeout_s, config.visibility_timeout_s),
+        "DelaySeconds": (settings.delay_s, config.delay_s),
+        "MessageRetentionPeriod": (settings.retention_s, config.retention_s),
+        "ContentBasedDeduplication": (
+            settings.content_based_deduplication,
+            config.content_based_deduplication,
+        ),
+        "RedrivePolicy": (
+            config.redrive if settings.redrive is UNCHANGED else settings.redrive,
+            config.redrive,
+        ),
+    }
+    given.update({k: (v, kept.get(k)) for k, v in settings.kept.items()})
+    for attribute, (wanted, actual) in given.items():
+        if wanted is not None and wanted != actual:
+            raise SqsError(
+                "QueueAlreadyExists",
+                f"A queue already exists with the same name and a different value for "
+                f"attribute {attribute}",
+            )
 
 
 def _attribute_int(attributes: Mapping[str, str], name: str) -> int:

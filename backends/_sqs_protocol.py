@@ -38,6 +38,8 @@ from backends._sqs_json_messages import (
 from backends._sqs_json_queue_attributes import (
     QUEUE_ATTRIBUTE_NAMES,
     QueueSettings,
+    check_same,
+    create_fields,
     queue_attributes_to_wire,
     queue_settings,
 )
@@ -47,6 +49,8 @@ __all__ = [
     "AttributeFilter",
     "QueueSettings",
     "SqsError",
+    "check_same",
+    "create_fields",
     "entries",
     "entry_failure_to_wire",
     "entry_id",
