@@ -380,3 +380,28 @@ async def test_a_release_while_a_renewal_is_out_stops_renewals_for_good() -> Non
     assert extend.at == pytest.approx(21, abs=0.01)
     assert release.at >= extend.at  # the release waited for the renewal's answer
     assert backend.inner.engine.peek("jobs", message_id) is None
+
+
+async def test_a_renewal_never_answered_loses_the_lease_at_its_deadline() -> None:
+    app = _app(max_in_flight=1)
+    backend = RecordingBackend()
+    cancelled_at: list[float] = []
+
+    @app.handler("jobs")
+    async def job(message: Message) -> None:
+        try:
+            await anyio.sleep(100)
+        finally:
+            cancelled_at.append(anyio.current_time())
+
+    async def hanging_extend(queue: str, entries: Sequence[VisibilityChange]) -> BatchResult:
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    backend.extend = hanging_extend  # type: ignore[method-assign]
+    await _prepare(backend, "jobs", 1)
+    async with run_worker(app, backend=backend) as harness:
+        [record, *_] = await harness.wait_for_handled(1)
+    assert record.outcome is Outcome.LEASE_LOST
+    assert cancelled_at[0] == pytest.approx(30, abs=0.01)  # the deadline, not a read timeout
+    assert _lapsed(harness) >= 1

@@ -167,7 +167,7 @@ class LeaseKeeper:
         sent_at = self._clock.now()
         self._metrics.renewal_calls.labels(queue).inc()
         try:
-            result = await self._backend.extend(queue, entries)
+            result = await self._extend_before_deadline(queue, entries, leases)
         except Exception as raised:
             error = as_backend_error(raised, self._log, "ChangeMessageVisibilityBatch", queue)
             self._log.warning(
@@ -195,6 +195,22 @@ class LeaseKeeper:
             visibility_s=max(v for _, v in leases),
         )
         self._apply(result, leases, [entry.receipt_handle for entry in entries], sent_at)
+
+    async def _extend_before_deadline(
+        self, queue: str, entries: list[VisibilityChange], leases: Sequence[tuple[Lease, int]]
+    ) -> BatchResult:
+        """The call, abandoned at the batch's earliest deadline: an answer that comes later
+        cannot be trusted (SQS may have let the message go to another consumer meanwhile),
+        and a call that is never answered must not outlive the lease either."""
+        with anyio.CancelScope(deadline=min(lease.deadline for lease, _ in leases)) as scope:
+            return await self._backend.extend(queue, entries)
+        assert scope.cancelled_caught
+        raise TransientBackendError(
+            "no answer before the lease deadline",
+            operation="ChangeMessageVisibilityBatch",
+            queue=queue,
+            code="DeadlineReached",
+        )
 
     def _apply(
         self,
