@@ -1,6 +1,7 @@
 """One queue of the in-memory engine: its messages, their states and the indexes over them.
 
-Rules this module keeps (the engine above it validates requests and speaks the protocol):
+Rules this module keeps (above it, `backends._memory_rules` checks requests and the engine
+speaks the protocol):
 
 - A message is in exactly one state: DELAYED (sent, not yet receivable), VISIBLE
   (receivable) or IN_FLIGHT (received, invisible until `visible_at`). A message leaves

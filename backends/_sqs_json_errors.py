@@ -1,6 +1,6 @@
 """Errors in SQS's JSON protocol: a whole call refused (`SqsError`) and one batch entry.
 
-No HTTP and no engine calls here (`backends.sqs_endpoint` does both); the rule kept:
+Part of SQS's JSON protocol (`backends._sqs_protocol`); the rule kept:
 
 - Errors keep the engine's codes (`worker.errors` carry SQS's legacy spelling, e.g.
   `AWS.SimpleQueueService.NonExistentQueue`). `render_error` gives SQS's JSON error:

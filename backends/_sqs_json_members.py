@@ -1,6 +1,6 @@
 """Request members of SQS's JSON protocol, read as SQS names them.
 
-No HTTP and no engine calls here (`backends.sqs_endpoint` does both); the rule kept:
+Part of SQS's JSON protocol (`backends._sqs_protocol`); the rule kept:
 
 - Members are read as SQS names them; a wrong JSON type is `InvalidParameterValue`, a missing
   required member `MissingParameter`.

@@ -1,7 +1,7 @@
 """Messages in SQS's JSON protocol: a send's entries in, received messages out, and the
 attributes and MD5s of both.
 
-No HTTP and no engine calls here (`backends.sqs_endpoint` does both); the rules kept:
+Part of SQS's JSON protocol (`backends._sqs_protocol`); the rules kept:
 
 - MD5s are SQS's: `MD5OfBody` is the hex MD5 of the body's UTF-8. `MD5OfMessageAttributes`
   (and of system attributes) digests the attributes sorted by name, each as its name and its

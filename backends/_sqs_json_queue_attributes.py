@@ -1,6 +1,6 @@
 """Queue attributes in SQS's JSON protocol: a request's settings in, a queue's attributes out.
 
-No HTTP and no engine calls here (`backends.sqs_endpoint` does both); the rules kept:
+Part of SQS's JSON protocol (`backends._sqs_protocol`); the rules kept:
 
 - Queue attributes the engine does not model (`ReceiveMessageWaitTimeSeconds`, which sets
   the default long poll, `MaximumMessageSize`, `Policy`, KMS and SSE settings) are kept as

@@ -1,7 +1,8 @@
 """SQS's JSON protocol, as pure functions: request members in, engine values out, and back.
 
-No HTTP and no engine calls here (`backends.sqs_endpoint` does both). The protocol is four
-modules, each with the rules it keeps; this one gathers their names for the endpoint:
+No HTTP and no engine calls here (`backends.sqs_endpoint` and `backends._sqs_service` make
+them). The protocol is four modules, each with the rules it keeps; this one gathers their
+names for the endpoint:
 
 - `backends._sqs_json_members`: reading request members, and refusing them;
 - `backends._sqs_json_errors`: `SqsError`, SQS's JSON error answer, a batch entry's failure;
