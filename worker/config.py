@@ -56,13 +56,22 @@ class LeaseConfig:
     max_lease_s: float = MAX_VISIBILITY_S
     #: Wait between retries of a renewal that failed for a transient reason.
     retry_interval_s: float = 1.0
+    #: A renewal call not answered in this long is abandoned and retried (default: a third
+    #: of the margin, so that three tries fit in it). Never later than the lease deadline.
+    renew_timeout_s: float | None = None
     #: Pick the extension from observed handler durations (p99), as Pub/Sub's client does.
     adaptive: bool = False
     #: The adaptive extension's clamp; the minimum must exceed `renew_margin_s`.
     adaptive_min_s: int = 30
     adaptive_max_s: int = 600
 
+    @property
+    def effective_renew_timeout_s(self) -> float:
+        return self.renew_timeout_s or self.renew_margin_s / 3
+
     def __post_init__(self) -> None:
+        if self.renew_timeout_s is not None:
+            _positive("renew_timeout_s", self.renew_timeout_s)
         for name in ("visibility_s", "extension_s", "adaptive_min_s", "adaptive_max_s"):
             value = getattr(self, name)
             _check(
@@ -186,6 +195,9 @@ class WorkerConfig:
     max_in_flight: int = 10
     #: Long-poll wait of each receive, seconds (SQS allows up to 20).
     wait_s: int = 20
+    #: A receive, delete or release not answered this long (beyond the long-poll wait) is
+    #: abandoned and retried on a new connection. Renewals have their own, shorter bound.
+    call_timeout_s: float = 5.0
     #: Receives under way at once per queue; more than 1 pays off at thousands of msgs/s.
     receive_concurrency: int = 1
     #: Threads for synchronous handlers, shared by every queue.
@@ -208,6 +220,7 @@ class WorkerConfig:
             "must be from 0 to 1 second",
         )
         _positive("receive_backoff_s", self.receive_backoff_s)
+        _positive("call_timeout_s", self.call_timeout_s)
         _check(
             self.receive_backoff_max_s >= self.receive_backoff_s,
             "receive_backoff_max_s",

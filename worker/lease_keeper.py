@@ -28,6 +28,7 @@ from anyio.abc import TaskStatus
 
 from worker._histogram import DurationHistogram
 from worker._schedule import LeaseSchedule
+from worker._timeouts import call_by
 from worker.backend import Backend
 from worker.clock import Clock
 from worker.config import LeaseConfig
@@ -199,17 +200,18 @@ class LeaseKeeper:
     async def _extend_before_deadline(
         self, queue: str, entries: list[VisibilityChange], leases: Sequence[tuple[Lease, int]]
     ) -> BatchResult:
-        """The call, abandoned at the batch's earliest deadline: an answer that comes later
-        cannot be trusted (SQS may have let the message go to another consumer meanwhile),
-        and a call that is never answered must not outlive the lease either."""
-        with anyio.CancelScope(deadline=min(lease.deadline for lease, _ in leases)) as scope:
-            return await self._backend.extend(queue, entries)
-        assert scope.cancelled_caught
-        raise TransientBackendError(
-            "no answer before the lease deadline",
+        """The call, abandoned after `renew_timeout_s` so that a lost request is retried on
+        a new connection within the margin, and at the latest at the batch's earliest
+        deadline: an answer that comes later cannot be trusted (SQS may have let the message
+        go to another consumer meanwhile)."""
+        earliest = min(lease.deadline for lease, _ in leases)
+        give_up = min(earliest, self._clock.now() + self._config.effective_renew_timeout_s)
+        return await call_by(
+            give_up,
+            lambda: self._backend.extend(queue, entries),
             operation="ChangeMessageVisibilityBatch",
             queue=queue,
-            code="DeadlineReached",
+            code="DeadlineReached" if give_up >= earliest else "Timeout",
         )
 
     def _apply(

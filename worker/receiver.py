@@ -20,6 +20,7 @@ import anyio
 import structlog
 from anyio.abc import TaskStatus
 
+from worker._timeouts import call_by
 from worker.backend import Backend
 from worker.clock import Clock
 from worker.config import WorkerConfig
@@ -131,11 +132,16 @@ class Receiver:
         lease_config = self._config.lease
         sent_at = self._clock.now()  # before the call: our deadline is never later than SQS's
         self._metrics.receive_calls.labels(self.queue).inc()
-        messages = await self._backend.receive(
-            self.queue,
-            max_messages=count,
-            wait_s=self._config.wait_s,
-            visibility_s=lease_config.visibility_s,
+        messages = await call_by(
+            sent_at + self._config.wait_s + self._config.call_timeout_s,
+            lambda: self._backend.receive(
+                self.queue,
+                max_messages=count,
+                wait_s=self._config.wait_s,
+                visibility_s=lease_config.visibility_s,
+            ),
+            operation="ReceiveMessage",
+            queue=self.queue,
         )
         held = 0
         for received in messages:

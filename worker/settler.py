@@ -28,6 +28,7 @@ import anyio
 import structlog
 from anyio.abc import TaskStatus
 
+from worker._timeouts import call_by
 from worker.backend import Backend
 from worker.clock import Clock
 from worker.errors import BackendError, TransientBackendError
@@ -53,6 +54,7 @@ class Settler:
         linger_s: float,
         untrack: Callable[[Lease], None],
         retry_interval_s: float = 1.0,
+        call_timeout_s: float = 5.0,
         logger: Any = None,
     ) -> None:
         self._backend = backend
@@ -61,6 +63,7 @@ class Settler:
         self._linger = linger_s
         self._untrack = untrack
         self._retry_interval = retry_interval_s
+        self._call_timeout = call_timeout_s
         self._log = logger or structlog.get_logger("lease_worker.settle")
         self._pending: dict[_Key, list[_Item]] = {}
         self._first_at: dict[_Key, float] = {}
@@ -162,17 +165,26 @@ class Settler:
             self._wake.set()
 
     async def _call(self, queue: str, action: Action, items: Sequence[_Item]) -> BatchResult:
+        deadline = self._clock.now() + self._call_timeout
         if action is Action.DELETE:
-            return await self._backend.delete(
-                queue,
-                [Deletion(str(i), lease.receipt_handle) for i, (lease, _) in enumerate(items)],
+            deletions = [
+                Deletion(str(i), lease.receipt_handle) for i, (lease, _) in enumerate(items)
+            ]
+            return await call_by(
+                deadline,
+                lambda: self._backend.delete(queue, deletions),
+                operation="DeleteMessageBatch",
+                queue=queue,
             )
-        return await self._backend.release(
-            queue,
-            [
-                VisibilityChange(str(i), lease.receipt_handle, vis)
-                for i, (lease, vis) in enumerate(items)
-            ],
+        changes = [
+            VisibilityChange(str(i), lease.receipt_handle, vis)
+            for i, (lease, vis) in enumerate(items)
+        ]
+        return await call_by(
+            deadline,
+            lambda: self._backend.release(queue, changes),
+            operation="ChangeMessageVisibilityBatch",
+            queue=queue,
         )
 
     def _apply(

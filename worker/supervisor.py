@@ -75,6 +75,7 @@ class Supervisor:
             linger_s=config.settle_linger_s,
             untrack=self.keeper.untrack,
             retry_interval_s=config.lease.retry_interval_s,
+            call_timeout_s=config.call_timeout_s,
         )
         self.executor = Executor(
             keeper=self.keeper,
