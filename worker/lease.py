@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Awaitable, Callable
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import anyio
 
@@ -27,6 +27,10 @@ if TYPE_CHECKING:
     from worker.outcome import Outcome
 
 __all__ = ["Lease", "LeaseLostError", "LeaseState"]
+
+
+class _Cancellable(Protocol):
+    def cancel(self) -> None: ...
 
 
 class LeaseState(Enum):
@@ -85,7 +89,8 @@ class Lease:
         self.renewals = 0
         #: True while the lease keeper renews this lease.
         self.tracked = False
-        self.scope: anyio.CancelScope | None = None
+        #: The running handler's cancel scope (anything with `cancel()`), or None.
+        self.scope: _Cancellable | None = None
         self.cancel_reason: Outcome | None = None
         self.requested_visibility_s: int | None = None
         self._extension_idle: anyio.Event | None = None
