@@ -91,3 +91,41 @@ def test_a_bad_app_is_one_error_before_any_child_starts() -> None:
     assert (
         done.stderr.strip() == "lease-worker: error: APP='nomodule:app': cannot import 'nomodule'"
     )
+
+
+def test_a_signal_to_the_whole_process_group_reaches_each_child_once() -> None:
+    # Ctrl-C in a terminal and systemd signal the whole group; a child that got the signal
+    # twice (directly and forwarded) would take it as a second signal and cut its drain.
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "worker",
+            "run",
+            "tests.apps.idle_app:app",
+            "--processes",
+            "2",
+            "--log-format",
+            "json",
+        ],
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        start_new_session=True,
+    )
+    assert parent.stderr is not None
+    seen: list[dict[str, Any]] = []
+    events = _events(parent.stderr)
+    try:
+        for _ in range(2):
+            _until(events, "worker.started", seen)
+        os.killpg(parent.pid, signal.SIGINT)
+        assert parent.wait(timeout=30) == 0
+        seen.extend(events)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+    assert [e["event"] for e in seen].count("signal.received") == 2

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
 
 import anyio
@@ -32,22 +32,50 @@ def _resolve(future: asyncio.Future[Any], result: Any, error: BaseException | No
 
 
 class DaemonThreads:
+    """Daemon threads for synchronous handlers, at most `size` at once.
+
+    A thread keeps its place under the limit until it returns, even after the task that
+    awaited it was cancelled, and `wait_idle(key)` lets a later run of the same message
+    wait for it: a message is never handled twice at once in this process.
+    """
+
     def __init__(self, size: int) -> None:
         self._limiter = anyio.CapacityLimiter(size)
+        self._running: dict[Hashable, asyncio.Event] = {}
 
-    async def run(self, func: Callable[..., T], *args: Any) -> T:
-        async with self._limiter:
-            loop = asyncio.get_running_loop()
-            future: asyncio.Future[T] = loop.create_future()
-            context = contextvars.copy_context()  # the handler's log context goes along
+    async def wait_idle(self, key: Hashable) -> None:
+        """Wait until no thread started for `key` (a message) is still running."""
+        while (finished := self._running.get(key)) is not None:
+            await finished.wait()
 
-            def target() -> None:
-                try:
-                    result = context.run(func, *args)
-                except BaseException as error:  # handed to the awaiting task as it is
-                    loop.call_soon_threadsafe(_resolve, future, None, error)
-                else:
-                    loop.call_soon_threadsafe(_resolve, future, result, None)
+    async def run(self, key: Hashable, func: Callable[..., T], *args: Any) -> T:
+        token = object()
+        await self._limiter.acquire_on_behalf_of(token)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        finished = self._running[key] = asyncio.Event()
+        context = contextvars.copy_context()  # the handler's log context goes along
 
-            threading.Thread(target=target, name="lease-worker-sync", daemon=True).start()
-            return await future
+        def done(result: Any, error: BaseException | None) -> None:  # on the loop's thread
+            _resolve(future, result, error)
+            self._limiter.release_on_behalf_of(token)
+            finished.set()
+            if self._running.get(key) is finished:
+                del self._running[key]
+
+        def target() -> None:
+            try:
+                result = context.run(func, *args)
+            except StopIteration as error:
+                # A future refuses StopIteration (it would end a coroutine): wrap it, as
+                # PEP 479 does for async handlers.
+                failure = RuntimeError("synchronous handler raised StopIteration")
+                failure.__cause__ = error
+                loop.call_soon_threadsafe(done, None, failure)
+            except BaseException as error:  # handed to the awaiting task as it is
+                loop.call_soon_threadsafe(done, None, error)
+            else:
+                loop.call_soon_threadsafe(done, result, None)
+
+        threading.Thread(target=target, name="lease-worker-sync", daemon=True).start()
+        return await future

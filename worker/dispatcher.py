@@ -59,7 +59,9 @@ class Dispatcher:
         if lease is None or not lease.active:
             return False
         lease.receipt_handle = received.receipt_handle
-        lease.deadline = max(lease.deadline, sent_at + visibility_s)
+        # The service counts the new handle's visibility from this receive, whatever an
+        # earlier renewal of the old handle said.
+        lease.deadline = sent_at + visibility_s
         self._keeper.reschedule(lease)
         self._log.info(
             "message.received_while_held",

@@ -99,8 +99,8 @@ class Retry(HandlerSignal):
     """Release the message so that it is delivered again after `after_s` seconds."""
 
     def __init__(self, after_s: float = 0.0, reason: str = "") -> None:
-        if after_s < 0:
-            raise ValueError(f"Retry(after_s={after_s!r}): after_s must be >= 0")
+        if not 0 <= after_s < float("inf"):  # also refuses nan
+            raise ValueError(f"Retry(after_s={after_s!r}): after_s must be a finite number >= 0")
         super().__init__(reason or f"retry after {after_s} s")
         self.after_s = after_s
         self.reason = reason

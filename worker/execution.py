@@ -74,7 +74,7 @@ class Executor:
         func: Callable[[Message], object] = spec.func
 
         async def in_thread(message: Message) -> None:
-            await self._threads.run(func, message)
+            await self._threads.run((message.queue, message.message_id), func, message)
 
         return in_thread
 
@@ -102,6 +102,8 @@ class Executor:
         scope = _HandlerScope()
         lease.scope = scope
         try:
+            # An earlier copy of this message may still run in an abandoned thread.
+            await self._threads.wait_idle((received.queue, received.message_id))
             outcome, retry_after = await self._call(spec, received, lease)
         except asyncio.CancelledError:
             if not scope.caught():

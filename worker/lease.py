@@ -143,6 +143,11 @@ class Lease:
         if self.scope is not None:
             self.scope.cancel()
 
+    @property
+    def extending(self) -> bool:
+        """True while a renewal of this lease is on the wire (never more than one)."""
+        return self._extension_idle is not None
+
     def begin_extension(self) -> None:
         self._extension_idle = anyio.Event()
 

@@ -113,7 +113,8 @@ class LeaseKeeper:
             raise ValueError(f"visibility_s={visibility_s!r}: must be within 0..{limit}")
         lease.requested_visibility_s = visibility_s
         done = self._renewed.setdefault(lease, anyio.Event())
-        self._schedule_renewal(lease, at=self._clock.now())
+        if not lease.extending:  # else the call on the wire reschedules it when it returns
+            self._schedule_renewal(lease, at=self._clock.now())
         await done.wait()
 
     # -- the task ---------------------------------------------------------------------------
@@ -150,10 +151,12 @@ class LeaseKeeper:
                 self._notify(lease)
             elif now >= lease.deadline:
                 self._lose(lease, "lapsed")
-            elif lease.cap_left_s(now) <= self._config.renew_margin_s:
+            elif math.floor(lease.cap_left_s(now)) <= self._config.renew_margin_s:
+                # A renewal could not carry the lease past its next due time.
                 self._cap(lease)
             else:
-                wanted = lease.requested_visibility_s or self.extension_s()
+                asked = lease.requested_visibility_s
+                wanted = self.extension_s() if asked is None else asked
                 lease.requested_visibility_s = None
                 ready.append((lease, lease.next_visibility(now, wanted)))
         return ready
@@ -225,11 +228,12 @@ class LeaseKeeper:
         failures = {failure.entry_id: failure for failure in result.failed}
         for i, (lease, visibility) in enumerate(leases):
             entry_id = str(i)
-            if entry_id in succeeded:
-                self._renewed_ok(lease, visibility, sent_at, result.new_handles.get(entry_id))
-            elif lease.receipt_handle != handles[i]:
-                # A newer receive gave the lease a new handle while this call was out.
+            if lease.receipt_handle != handles[i]:
+                # A newer receive gave the lease a new handle while this call was out: its
+                # answer, success or failure, speaks of a handle that is no longer ours.
                 self._schedule_renewal(lease)
+            elif entry_id in succeeded:
+                self._renewed_ok(lease, visibility, sent_at, result.new_handles.get(entry_id))
             else:
                 failure = failures.get(entry_id) or EntryFailure(entry_id, "Missing", "no answer")
                 self._renewal_failed(lease, failure)

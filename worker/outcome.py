@@ -75,5 +75,7 @@ def settle(
         delay = policy.backoff.delay_s(receive_count)
     else:
         return FORGET
-    ceiling = max(min_release_s, min(max_visibility_s, math.floor(cap_left_s)))
-    return Settlement(Action.RELEASE, min(ceiling, max(min_release_s, math.ceil(delay))))
+    ceiling = max(min_release_s, min(max_visibility_s, math.floor(max(0.0, cap_left_s))))
+    if not delay < ceiling:  # also a nan or an infinity: clamp before rounding
+        return Settlement(Action.RELEASE, ceiling)
+    return Settlement(Action.RELEASE, max(min_release_s, math.ceil(delay)))

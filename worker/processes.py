@@ -48,7 +48,9 @@ class _Fleet:
         command = [sys.executable, "-m", "worker", *self._argv, "--processes", "1"]
         if self._metrics_port is not None:
             command += ["--metrics-port", str(self._metrics_port + index)]
-        child = subprocess.Popen(command)
+        # A session of its own: a signal to our process group (Ctrl-C, systemd) reaches the
+        # child once, through us, not twice (a second signal would cut its drain short).
+        child = subprocess.Popen(command, start_new_session=True)
         self._children[index] = (child, time.monotonic())
         self._log.info("process.started", index=index, pid=child.pid)
 

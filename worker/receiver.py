@@ -52,7 +52,8 @@ class Slots:
     async def reserve(self, most: int) -> int:
         """Wait for a free slot, then reserve up to `most`; returns how many."""
         while self.free == 0:
-            self._freed = anyio.Event()
+            if self._freed.is_set():  # one event for all waiters: every receiver wakes
+                self._freed = anyio.Event()
             await self._freed.wait()
         count = min(most, self.free)
         self.used += count

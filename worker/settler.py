@@ -67,6 +67,8 @@ class Settler:
         self._log = logger or structlog.get_logger("lease_worker.settle")
         self._pending: dict[_Key, list[_Item]] = {}
         self._first_at: dict[_Key, float] = {}
+        #: Keys with a failed call to retry: nothing of theirs goes out before this time.
+        self._not_before: dict[_Key, float] = {}
         self._wake = anyio.Event()
         self._calls_in_flight = 0
         self._idle: anyio.Event | None = None  # made by `flush`, set when all is sent
@@ -100,6 +102,14 @@ class Settler:
             self._wake.set()
             await self._idle.wait()
 
+    async def send_now(self) -> None:
+        """Send what is pending from the calling task: for when the settler's own task is
+        being cancelled with everything else (the supervisor cancelled from outside)."""
+        self._flush_all = True
+        for key, items in self._take_ready():
+            self._calls_in_flight += 1
+            await self._send(key, items)
+
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         async with anyio.create_task_group() as calls:
             task_status.started()
@@ -116,21 +126,24 @@ class Settler:
         now = self._clock.now()
         ready: list[tuple[_Key, list[_Item]]] = []
         for key in list(self._pending):
+            if now < self._not_before.get(key, -math.inf):
+                continue  # a retry waits out its pause, even during a flush
             size = self._batch_size(key[1])
             items = self._pending[key]
-            while len(items) >= size or (
-                items and (self._flush_all or now >= self._first_at[key] + self._linger)
-            ):
+            while len(items) >= size or (items and now >= self._due_at(key)):
                 ready.append((key, items[:size]))
                 del items[:size]
             if not items:
                 del self._pending[key], self._first_at[key]
+                self._not_before.pop(key, None)
         return ready
 
+    def _due_at(self, key: _Key) -> float:
+        lingered = -math.inf if self._flush_all else self._first_at[key] + self._linger
+        return max(lingered, self._not_before.get(key, -math.inf))
+
     def _next_deadline(self) -> float:
-        if not self._first_at:
-            return math.inf
-        return min(self._first_at.values()) + self._linger
+        return min((self._due_at(key) for key in self._pending), default=math.inf)
 
     def _update_idle(self) -> None:
         if not self._pending and self._calls_in_flight == 0:
@@ -228,14 +241,13 @@ class Settler:
                 lease.finish(LeaseState.DONE)
 
     def _may_retry(self, lease: Lease, action: Action) -> bool:
-        # A delete is retried while the keeper still holds the lease; a release only until
-        # the lease's deadline, after which the message is visible anyway.
-        if not lease.active:
-            return False
-        return action is Action.DELETE or self._clock.now() < lease.deadline
+        # Until the lease's deadline: the keeper moves it on while a delete is pending (so a
+        # delete is retried while the lease holds); after it, the message is visible anyway.
+        return lease.active and self._clock.now() < lease.deadline
 
     def _retry_later(self, lease: Lease, action: Action, visibility: int) -> None:
         key = (lease.queue, action)
         self._pending.setdefault(key, []).append((lease, visibility))
-        # Wait out `retry_interval` before the retry, unless a flush is under way.
-        self._first_at.setdefault(key, self._clock.now() + self._retry_interval - self._linger)
+        now = self._clock.now()
+        self._first_at.setdefault(key, now)
+        self._not_before[key] = now + self._retry_interval

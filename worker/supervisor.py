@@ -138,6 +138,21 @@ class Supervisor:
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         await self.prepare()
+        try:
+            await self._run(task_status)
+        except anyio.get_cancelled_exc_class():
+            # Cancelled from outside (an embedding application going down): the handler
+            # tasks were cancelled and asked for releases; send them from here, since the
+            # settler's own task went down too.
+            with anyio.move_on_after(self.app.config.shutdown.flush_timeout_s, shield=True):
+                self._cancel_held()
+                await self.settler.send_now()
+            raise
+        self._log.info("shutdown.complete")
+        if self._fatal is not None:
+            raise self._fatal
+
+    async def _run(self, task_status: TaskStatus[None]) -> None:
         context = self._context
         async with anyio.create_task_group() as services:
             await services.start(self.keeper.run)
@@ -152,9 +167,6 @@ class Supervisor:
                 self._cancel_held()
             await self._flush()
             services.cancel_scope.cancel()
-        self._log.info("shutdown.complete")
-        if self._fatal is not None:
-            raise self._fatal
 
     async def _check_queues(self) -> None:
         for spec in self.app.registry:
