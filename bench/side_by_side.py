@@ -391,8 +391,7 @@ def run(messages: int, rounds: int = 1) -> list[Row]:
                 continue
             measured[contender.name].append(got)
             print(
-                f"side_by_side: round {round_}/{rounds}: {contender.name}: "
-                f"{got.rate:,.0f} msgs/s",
+                f"side_by_side: round {round_}/{rounds}: {contender.name}: {got.rate:,.0f} msgs/s",
                 file=sys.stderr,
             )
     rows: list[Row] = []
@@ -437,22 +436,24 @@ def table(rows: list[Row]) -> list[str]:
 
 
 def summary(rows: list[Row]) -> str:
-    ours = next((r for r in rows if r.contender.name == "lease-worker"), None)
-    if ours is None or ours.failure is not None:
+    ours = [r for r in rows if r.contender.name.startswith("lease-worker")]
+    if not ours or all(row.failure is not None for row in ours):
         return "lease-worker itself was not measured, so there are no ratios."
-    ratios = [
-        f"{ours.rate / row.rate:.2f} ({row.contender.name})"
-        for row in rows
-        if row is not ours and row.failure is None and row.rate > 0
-    ]
+    peers = [r for r in rows if r not in ours and r.failure is None and r.rate > 0]
     missing = [row.contender.name for row in rows if row.failure is not None]
-    return (
-        f"lease-worker, leases on, drained {ours.messages:,} messages at {ours.rate:,.0f} "
-        f"msgs/s. lease-worker msgs/s ÷ each peer's: {', '.join(ratios) or 'no peer ran'}"
-        + (f"; **not measured: {', '.join(missing)}**" if missing else "")
-        + f". It made {ours.requests_per_message:.3f} SQS requests per message "
-        f"({_operations(ours.requests)})."
-    )
+    sentences = []
+    for row in ours:
+        if row.failure is not None:
+            continue
+        ratios = ", ".join(f"{row.rate / peer.rate:.2f} ({peer.contender.name})" for peer in peers)
+        sentences.append(
+            f"{row.contender.name}, leases on, drained {row.messages:,} messages at "
+            f"{row.rate:,.0f} msgs/s with {row.requests_per_message:.3f} SQS requests per "
+            f"message; its msgs/s ÷ each other contender's: {ratios or 'no peer ran'}."
+        )
+    if missing:
+        sentences.append(f"**Not measured: {', '.join(missing)}.**")
+    return " ".join(sentences)
 
 
 def plot(rows: list[Row], path: Path) -> None:
@@ -464,7 +465,7 @@ def plot(rows: list[Row], path: Path) -> None:
     shown = list(reversed(rows))
     figure, axes = pyplot.subplots(figsize=(7.2, 3.6), dpi=100)
     names = [row.contender.name for row in shown]
-    colors = ["tab:orange" if name == "lease-worker" else "tab:blue" for name in names]
+    colors = ["tab:orange" if name.startswith("lease-worker") else "tab:blue" for name in names]
     bars = axes.barh(names, [row.rate for row in shown], color=colors)
     labels = ["not measured" if r.failure else f"{r.rate:,.0f}" for r in shown]
     axes.bar_label(bars, labels, padding=3, fontsize=8)

@@ -57,9 +57,46 @@ def contenders() -> list[Contender]:
             "extensions batched 10 per call), receives of min(10, free slots), long poll "
             "20 s, deletes batched (10 per call, linger 50 ms), one process",
             (
-                sys.executable, "-m", "worker", "run", "bench.apps.noop:app", "--backend", "sqs",
-                "--endpoint-url", "{endpoint}", "--region", "us-east-1",
-                "--max-in-flight", str(CONCURRENCY), "--log-level", "warning",
+                sys.executable,
+                "-m",
+                "worker",
+                "run",
+                "bench.apps.noop:app",
+                "--backend",
+                "sqs",
+                "--endpoint-url",
+                "{endpoint}",
+                "--region",
+                "us-east-1",
+                "--max-in-flight",
+                str(CONCURRENCY),
+                "--log-level",
+                "warning",
+            ),
+        ),
+        Contender(
+            "lease-worker, 2 processes",
+            "the same with `--processes 2`: two worker processes under one parent (as "
+            f"dramatiq's defaults run two), {CONCURRENCY} messages held by each, so up to "
+            f"{2 * CONCURRENCY} in all, like dramatiq-sqs",
+            (
+                sys.executable,
+                "-m",
+                "worker",
+                "run",
+                "bench.apps.noop:app",
+                "--backend",
+                "sqs",
+                "--endpoint-url",
+                "{endpoint}",
+                "--region",
+                "us-east-1",
+                "--max-in-flight",
+                str(CONCURRENCY),
+                "--log-level",
+                "warning",
+                "--processes",
+                "2",
             ),
         ),
         Contender(
@@ -96,8 +133,14 @@ def contenders() -> list[Contender]:
             "others' budget), default middleware, long poll 20 s; one DeleteMessage per "
             "message; no visibility extension in the library (visibility 12 h, its default)",
             (
-                peer, "-m", "dramatiq", "dramatiq_driver",
-                "--processes", str(DRAMATIQ_PROCESSES), "--threads", "8",
+                peer,
+                "-m",
+                "dramatiq",
+                "dramatiq_driver",
+                "--processes",
+                str(DRAMATIQ_PROCESSES),
+                "--threads",
+                "8",
             ),
             PEERS,
             needs="python-peers",
@@ -152,8 +195,10 @@ def versions() -> dict[str, str]:
     except ValueError:
         peer = {}
     boto3 = f"boto3 {peer.get('boto3', '?')}"
+    ours = f"{_local('lease-worker')}" + (f" ({commit})" if commit else "")
     return {
-        "lease-worker": f"{_local('lease-worker')}" + (f" ({commit})" if commit else "")
+        "lease-worker, 2 processes": ours + f", aiobotocore {_local('aiobotocore')}",
+        "lease-worker": ours
         + f", aiobotocore {_local('aiobotocore')}",
         "sqs-consumer, batch handler": node,
         "sqs-consumer, per-message handler": node,
