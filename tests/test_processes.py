@@ -35,27 +35,24 @@ def _until(
     raise AssertionError(f"the process ended before {name!r}; saw {seen[-5:]}")
 
 
-def test_children_are_restarted_after_a_crash_and_stop_on_sigterm() -> None:
-    parent = subprocess.Popen(
+def _parent(*, own_session: bool = False) -> subprocess.Popen[str]:
+    """`lease-worker run --processes 2` on an idle app, its JSON log lines on stderr."""
+    return subprocess.Popen(
         [
-            sys.executable,
-            "-m",
-            "worker",
-            "run",
-            "tests.apps.idle_app:app",
-            "--processes",
-            "2",
-            "--log-format",
-            "json",
-            "--grace-s",
-            "5",
+            *(sys.executable, "-m", "worker", "run", "tests.apps.idle_app:app"),
+            *("--processes", "2", "--log-format", "json", "--grace-s", "5"),
         ],
         cwd=ROOT,
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        start_new_session=own_session,
     )
+
+
+def test_children_are_restarted_after_a_crash_and_stop_on_sigterm() -> None:
+    parent = _parent()
     assert parent.stderr is not None
     seen: list[dict[str, Any]] = []
     events = _events(parent.stderr)
@@ -96,25 +93,7 @@ def test_a_bad_app_is_one_error_before_any_child_starts() -> None:
 def test_a_signal_to_the_whole_process_group_reaches_each_child_once() -> None:
     # Ctrl-C in a terminal and systemd signal the whole group; a child that got the signal
     # twice (directly and forwarded) would take it as a second signal and cut its drain.
-    parent = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "worker",
-            "run",
-            "tests.apps.idle_app:app",
-            "--processes",
-            "2",
-            "--log-format",
-            "json",
-        ],
-        cwd=ROOT,
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        start_new_session=True,
-    )
+    parent = _parent(own_session=True)
     assert parent.stderr is not None
     seen: list[dict[str, Any]] = []
     events = _events(parent.stderr)

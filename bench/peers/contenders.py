@@ -41,6 +41,14 @@ class Contender:
     dramatiq: bool = False
 
 
+#: lease-worker as the CLI runs it, with the peers' budget of messages held at once.
+_LEASE_WORKER = (
+    *(sys.executable, "-m", "worker", "run", "bench.apps.noop:app", "--backend", "sqs"),
+    *("--endpoint-url", "{endpoint}", "--region", "us-east-1"),
+    *("--max-in-flight", str(CONCURRENCY), "--log-level", "warning"),
+)
+
+
 def contenders() -> list[Contender]:
     node = shutil.which("node") or "node"
     peer = str(PEER_PYTHON)
@@ -56,48 +64,14 @@ def contenders() -> list[Contender]:
             "leases on with the defaults (visibility 30 s, renewed 10 s before the deadline, "
             "extensions batched 10 per call), receives of min(10, free slots), long poll "
             "20 s, deletes batched (10 per call, linger 50 ms), one process",
-            (
-                sys.executable,
-                "-m",
-                "worker",
-                "run",
-                "bench.apps.noop:app",
-                "--backend",
-                "sqs",
-                "--endpoint-url",
-                "{endpoint}",
-                "--region",
-                "us-east-1",
-                "--max-in-flight",
-                str(CONCURRENCY),
-                "--log-level",
-                "warning",
-            ),
+            _LEASE_WORKER,
         ),
         Contender(
             "lease-worker, 2 processes",
             "the same with `--processes 2`: two worker processes under one parent (as "
             f"dramatiq's defaults run two), {CONCURRENCY} messages held by each, so up to "
             f"{2 * CONCURRENCY} in all, like dramatiq-sqs",
-            (
-                sys.executable,
-                "-m",
-                "worker",
-                "run",
-                "bench.apps.noop:app",
-                "--backend",
-                "sqs",
-                "--endpoint-url",
-                "{endpoint}",
-                "--region",
-                "us-east-1",
-                "--max-in-flight",
-                str(CONCURRENCY),
-                "--log-level",
-                "warning",
-                "--processes",
-                "2",
-            ),
+            (*_LEASE_WORKER, "--processes", "2"),
         ),
         Contender(
             "sqs-consumer, batch handler",
@@ -198,8 +172,7 @@ def versions() -> dict[str, str]:
     ours = f"{_local('lease-worker')}" + (f" ({commit})" if commit else "")
     return {
         "lease-worker, 2 processes": ours + f", aiobotocore {_local('aiobotocore')}",
-        "lease-worker": ours
-        + f", aiobotocore {_local('aiobotocore')}",
+        "lease-worker": ours + f", aiobotocore {_local('aiobotocore')}",
         "sqs-consumer, batch handler": node,
         "sqs-consumer, per-message handler": node,
         "aws-sqs-consumer": f"{peer.get('aws-sqs-consumer', '?')}, {boto3}",
