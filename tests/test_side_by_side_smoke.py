@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import side_by_side
+from bench import _harness, side_by_side
 from bench.peers import contenders as peers
 from bench.peers.contenders import Contender
 
@@ -69,11 +69,11 @@ def test_cpu_is_read_across_the_process_tree(tmp_path: Path) -> None:
         "print('done', flush=True)\n"
         "time.sleep(30)\n"
     )
-    with side_by_side.started([sys.executable, "-c", parent], env={}) as process:
+    with _harness.started([sys.executable, "-c", parent], env={}) as process:
         assert process.done.wait(10)
         for _ in range(100):
-            if side_by_side.cpu_s(process.pid) >= 0.25:
+            if _harness.cpu_s(process.pid) >= 0.25:
                 break
             time.sleep(0.1)
-        assert side_by_side.cpu_s(process.pid) >= 0.25
+        assert _harness.cpu_s(process.pid) >= 0.25
     assert process.exited() is not None
