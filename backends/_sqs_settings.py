@@ -16,9 +16,17 @@ from aiobotocore.config import AioConfig
 from backends._sqs_wire import is_url
 from worker.errors import ConfigError
 
-__all__ = ["SqsSettings"]
+__all__ = ["DEFAULT_SYSTEM_ATTRIBUTES", "SqsSettings"]
 
 _LONGEST_POLL_S = 20
+DEFAULT_SYSTEM_ATTRIBUTES = (
+    "ApproximateReceiveCount",
+    "SentTimestamp",
+    "MessageGroupId",
+    "MessageDeduplicationId",
+    "SequenceNumber",
+    "AWSTraceHeader",
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -43,6 +51,12 @@ class SqsSettings:
     max_pool_connections: int = 20
     #: Known queue URLs by name, used instead of GetQueueUrl (another account's queues).
     queue_urls: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    #: System attributes asked for on every receive. The runtime needs the receive count
+    #: and (FIFO) the group; each further attribute costs parsing on every message, so
+    #: `("All",)` is opt-in.
+    system_attributes: tuple[str, ...] = DEFAULT_SYSTEM_ATTRIBUTES
+    #: Message attributes asked for on every receive (only those set cost anything).
+    message_attributes: tuple[str, ...] = ("All",)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "queue_urls", MappingProxyType(dict(self.queue_urls)))

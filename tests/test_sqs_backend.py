@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 from typing import Any
-from unittest.mock import AsyncMock, MagicMock
+from unittest.mock import AsyncMock, MagicMock, patch
 
 import aiohttp
+import anyio
 import pytest
 from botocore.exceptions import (
     ClientError,
@@ -24,7 +25,9 @@ from botocore.exceptions import (
 )
 
 from backends._sqs_errors import map_error
+from backends._sqs_settings import DEFAULT_SYSTEM_ATTRIBUTES
 from backends.sqs import SqsBackend, SqsSettings
+from backends.sqs_endpoint import sqs_endpoint_in_thread
 from worker.backend import SQS_LIMITS, Backend, QueueAdmin
 from worker.errors import (
     AccessDenied,
@@ -185,7 +188,7 @@ async def test_receive_parameters_and_parsing() -> None:
         QueueUrl=URL,
         MaxNumberOfMessages=10,
         WaitTimeSeconds=1,
-        MessageSystemAttributeNames=["All"],
+        MessageSystemAttributeNames=list(DEFAULT_SYSTEM_ATTRIBUTES),
         MessageAttributeNames=["All"],
         VisibilityTimeout=60,
     )
@@ -422,8 +425,10 @@ async def test_queue_info_parsing() -> None:
         "DelaySeconds": "2",
         "FifoQueue": "true",
         "RedrivePolicy": json.dumps(
-            {"deadLetterTargetArn": "arn:aws:sqs:us-east-1:123456789012:jobs-dlq",
-             "maxReceiveCount": "4"}
+            {
+                "deadLetterTargetArn": "arn:aws:sqs:us-east-1:123456789012:jobs-dlq",
+                "maxReceiveCount": "4",
+            }
         ),
         "ApproximateNumberOfMessages": "7",
         "ApproximateNumberOfMessagesNotVisible": "3",
@@ -533,3 +538,35 @@ async def test_no_region_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent/aws-config")
     with pytest.raises(ConfigError, match="region"):
         await SqsBackend.connect(SqsSettings(access_key_id="x", secret_access_key="y"))
+
+
+@pytest.mark.asyncio
+async def test_receive_asks_for_the_attributes_the_settings_name() -> None:
+    backend, client = make_backend(receive_message={"return_value": {}})
+    backend = SqsBackend(client, system_attributes=("All",), message_attributes=("trace",))
+    backend._known = {"jobs": URL}
+    assert await backend.receive("jobs", max_messages=1, wait_s=0) == []
+    kwargs = client.receive_message.await_args.kwargs
+    assert kwargs["MessageSystemAttributeNames"] == ["All"]
+    assert kwargs["MessageAttributeNames"] == ["trace"]
+
+
+def test_connect_leaves_one_user_agent_build_per_request() -> None:
+    async def count_builds() -> int:
+        settings = SqsSettings(
+            region="us-east-1",
+            endpoint_url=endpoint.url,
+            access_key_id="testing",
+            secret_access_key="testing",
+        )
+        backend = await SqsBackend.connect(settings)
+        try:
+            creator = backend._client._user_agent_creator
+            with patch.object(creator, "to_string", wraps=creator.to_string) as to_string:
+                await backend.create_queue("ua")
+            return int(to_string.call_count)
+        finally:
+            await backend.aclose()
+
+    with sqs_endpoint_in_thread() as endpoint:
+        assert anyio.run(count_builds) == 1  # botocore alone builds it twice
