@@ -49,9 +49,7 @@ async def test_delete_with_one_good_and_one_bad_entry(
     assert failure is not None and failure.code == "ReceiptHandleIsInvalid", result
 
 
-async def test_delete_removes_the_message(
-    backend: ContractBackend, make_queue: MakeQueue
-) -> None:
+async def test_delete_removes_the_message(backend: ContractBackend, make_queue: MakeQueue) -> None:
     queue = await make_queue()
     await send_bodies(backend, queue, *(f"b{i}" for i in range(3)))
     messages = await receive_until(backend, queue, 3)

@@ -6,7 +6,7 @@ import anyio
 import pytest
 
 from tests.contract import ContractBackend, MakeQueue, receive_one, release, send_bodies
-from worker.types import Deletion, VisibilityChange
+from worker.types import Deletion, ReceivedMessage, VisibilityChange
 
 pytestmark = pytest.mark.asyncio
 
@@ -58,15 +58,23 @@ async def test_extend_keeps_it_invisible(backend: ContractBackend, make_queue: M
     assert anyio.current_time() - received_at >= 3.5
 
 
+async def received_twice(
+    backend: ContractBackend, queue: str
+) -> tuple[ReceivedMessage, ReceivedMessage]:
+    """One message received, made visible at once, and received again: (old, new)."""
+    await send_bodies(backend, queue, "m")
+    old = await receive_one(backend, queue, visibility_s=0)
+    new = await receive_one(backend, queue, wait_s=2, visibility_s=30)
+    assert new.message_id == old.message_id
+    return old, new
+
+
 @pytest.mark.moto_gap("moto accepts any receipt handle the message ever had")
 async def test_stale_handle_is_rejected_on_visibility_change(
     backend: ContractBackend, make_queue: MakeQueue
 ) -> None:
     queue = await make_queue()
-    await send_bodies(backend, queue, "m")
-    old = await receive_one(backend, queue, visibility_s=0)
-    new = await receive_one(backend, queue, wait_s=2, visibility_s=30)
-    assert new.message_id == old.message_id
+    old, _ = await received_twice(backend, queue)
 
     result = await backend.extend(queue, [VisibilityChange("old", old.receipt_handle, 60)])
     failure = result.failure("old")
@@ -81,9 +89,7 @@ async def test_delete_with_a_stale_handle_leaves_the_message(
     # SQS: "the request succeeds, but the message will not be deleted"; a failed entry is
     # acceptable too. Either way the message must survive.
     queue = await make_queue()
-    await send_bodies(backend, queue, "m")
-    old = await receive_one(backend, queue, visibility_s=0)
-    new = await receive_one(backend, queue, wait_s=2, visibility_s=30)
+    old, new = await received_twice(backend, queue)
     await backend.delete(queue, [Deletion("old", old.receipt_handle)])
 
     await release(backend, queue, new)
@@ -117,9 +123,7 @@ async def test_extension_within_twelve_hours_is_accepted(
     message = await receive_one(backend, queue)
     await anyio.sleep(1.1)
     cap = backend.limits.max_lease_s
-    within = await backend.extend(
-        queue, [VisibilityChange("y", message.receipt_handle, cap - 200)]
-    )
+    within = await backend.extend(queue, [VisibilityChange("y", message.receipt_handle, cap - 200)])
     assert within.succeeded == ("y",), within
 
 
