@@ -11,7 +11,7 @@ import pytest
 from tests.recording import RecordingBackend
 from worker import LeaseConfig, Message, Outcome, OutgoingMessage, Retry, Worker, WorkerConfig
 from worker.testing import run_worker
-from worker.types import BatchResult, VisibilityChange
+from worker.types import BatchResult, Deletion, VisibilityChange
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
 
@@ -283,3 +283,27 @@ async def test_flush_retries_failed_releases_with_a_pause() -> None:
         harness.shutdown()  # second signal: no drain
     at = [round(c.at, 3) for c in backend.of("release")]
     assert not many.is_set(), f"{len(at)} releases at {at[:5]}...{at[-2:]}"
+
+
+async def test_no_renewal_goes_out_beside_a_delete_on_the_wire() -> None:
+    app = _app(max_in_flight=1)
+
+    @app.handler("jobs")
+    async def job(message: Message) -> None:
+        await anyio.sleep(18)  # done at 18; the renewal falls due at 20
+
+    backend = RecordingBackend()
+    original_delete = backend.delete
+
+    async def slow_delete(queue: str, entries: Sequence[Deletion]) -> BatchResult:
+        await anyio.sleep(4)  # on the wire from 18.05 to 22.05
+        return await original_delete(queue, entries)
+
+    backend.delete = slow_delete  # type: ignore[method-assign]
+    [message_id] = await _prepare(backend, "jobs", 1)
+    async with run_worker(app, backend=backend) as harness:
+        [record] = await harness.wait_for_handled(1)
+        await harness.wait_until_idle()
+    assert record.outcome is Outcome.SUCCEEDED
+    assert backend.of("extend") == []
+    assert backend.inner.engine.peek("jobs", message_id) is None

@@ -63,6 +63,7 @@ class Lease:
         "renewals",
         "requested_visibility_s",
         "scope",
+        "settle_call",
         "state",
         "tracked",
     )
@@ -89,6 +90,8 @@ class Lease:
         self.renewals = 0
         #: True while the lease keeper renews this lease.
         self.tracked = False
+        #: True while a delete or release of this message is on the wire.
+        self.settle_call = False
         #: The running handler's cancel scope (anything with `cancel()`), or None.
         self.scope: _Cancellable | None = None
         self.cancel_reason: Outcome | None = None

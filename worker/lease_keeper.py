@@ -151,6 +151,11 @@ class LeaseKeeper:
                 self._notify(lease)
             elif now >= lease.deadline:
                 self._lose(lease, "lapsed")
+            elif lease.settle_call:
+                # A renewal beside a delete could come back "invalid" and be taken for a
+                # lost lease (and on SMQ it would change the handle under the delete).
+                retry_at = now + self._config.retry_interval_s
+                self._schedule_renewal(lease, at=min(retry_at, lease.deadline))
             elif math.floor(lease.cap_left_s(now)) <= self._config.renew_margin_s:
                 # A renewal could not carry the lease past its next due time.
                 self._cap(lease)

@@ -158,6 +158,8 @@ class Settler:
 
     async def _send(self, key: _Key, items: list[_Item]) -> None:
         queue, action = key
+        for lease, _ in items:
+            lease.settle_call = True  # the keeper holds its renewals until this call is done
         try:
             for lease, _ in items:
                 await lease.wait_extension_idle()
@@ -174,6 +176,8 @@ class Settler:
                 return
             self._apply(queue, action, items, result)
         finally:
+            for lease, _ in items:
+                lease.settle_call = False
             self._calls_in_flight -= 1
             self._wake.set()
 
