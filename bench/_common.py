@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import resource
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -42,10 +41,6 @@ def run_async(func: Callable[..., Awaitable[T]], *args: Any, virtual_time: bool 
     else:
         options["loop_factory"] = asyncio.new_event_loop
     return anyio.run(func, *args, backend="asyncio", backend_options=options)
-
-
-def max_rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 async def fill(backend: MemoryBackend, queue: str, count: int, body: str = "{}") -> None:

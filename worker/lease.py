@@ -48,7 +48,6 @@ class Lease:
     """One message's lease. Handlers see it as `message.lease`."""
 
     __slots__ = (
-        "_done",
         "_extension_idle",
         "_on_finish",
         "_requester",
@@ -97,7 +96,6 @@ class Lease:
         self.cancel_reason: Outcome | None = None
         self.requested_visibility_s: int | None = None
         self._extension_idle: anyio.Event | None = None
-        self._done: anyio.Event | None = None  # made on first wait: most leases are never awaited
         self._requester: Callable[[Lease, int], Awaitable[None]] | None = None
         self._on_finish = on_finish
 
@@ -169,14 +167,5 @@ class Lease:
         if self.state in (LeaseState.DONE, LeaseState.LOST):
             return
         self.state = state
-        if self._done is not None:
-            self._done.set()
         if self._on_finish is not None:
             self._on_finish(self)
-
-    async def wait_finished(self) -> None:
-        if self.state in (LeaseState.DONE, LeaseState.LOST):
-            return
-        if self._done is None:
-            self._done = anyio.Event()
-        await self._done.wait()
