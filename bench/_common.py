@@ -13,7 +13,7 @@ import anyio
 from backends.memory import MemoryBackend
 from worker import Outcome, Supervisor, Worker
 from worker.backend import Backend
-from worker.outcome import Settlement
+from worker.core.settlement import Settlement
 from worker.types import OutgoingMessage, ReceivedMessage
 
 T = TypeVar("T")

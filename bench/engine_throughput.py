@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from backends.memory import MemoryBackend
 from bench._common import Timing, fill, measure, run_async, run_until_handled
 from worker import Message, Worker, WorkerConfig
-from worker.logging import configure_logging
+from worker.cli.logging import configure_logging
+from worker.types import QueueSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +47,7 @@ async def drain(count: int, *, max_in_flight: int = 1000) -> None:
         return None
 
     backend = MemoryBackend()
-    await backend.create_queue("bench")
+    await backend.create_queue(QueueSpec("bench"))
     await fill(backend, "bench", count)
     await run_until_handled(app, backend, count)
     assert backend.engine.counts("bench").visible == 0

@@ -17,7 +17,8 @@ import anyio
 from bench._common import fill, run_async, run_until_handled
 from bench._counting import CountingBackend
 from worker import LeaseConfig, Message, Worker, WorkerConfig
-from worker.logging import configure_logging
+from worker.cli.logging import configure_logging
+from worker.types import QueueSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +55,7 @@ async def _scale(count: int) -> Result:
         await anyio.sleep(75)
 
     backend = CountingBackend()
-    await backend.create_queue("scale")
+    await backend.create_queue(QueueSpec("scale"))
     await fill(backend, "scale", count)
     before = _rss_bytes()
     supervisor = await run_until_handled(app, backend, count)

@@ -19,7 +19,8 @@ import anyio
 from bench._common import fill, run_async, run_until_handled
 from bench._counting import CountingBackend
 from worker import LeaseConfig, Message, Worker, WorkerConfig
-from worker.logging import configure_logging
+from worker.cli.logging import configure_logging
+from worker.types import QueueSpec
 
 VISIBILITY_S = 30
 MARGIN_S = 10
@@ -52,7 +53,7 @@ async def _run(count: int, duration_s: float, adaptive: bool) -> tuple[float, fl
         await anyio.sleep(duration_s)
 
     backend = CountingBackend()
-    await backend.create_queue("long")
+    await backend.create_queue(QueueSpec("long"))
     await fill(backend, "long", count)
     await run_until_handled(app, backend, count)
     total = sum(backend.calls.values())

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import engine_throughput, lease_scale, long_handlers
-from worker.logging import configure_logging
+from worker.cli.logging import configure_logging
 
 
 @dataclass(frozen=True, slots=True)

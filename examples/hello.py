@@ -29,6 +29,7 @@ from worker import (
     WorkerConfig,
     WorkerContext,
 )
+from worker.types import QueueSpec
 
 MESSAGES = 40
 QUEUE, DLQ = "hello", "hello-dlq"
@@ -49,9 +50,11 @@ handled: set[str] = set()
 @app.on_startup
 async def create_queues(context: WorkerContext) -> None:
     if isinstance(context.backend, QueueAdmin):
-        await context.backend.create_queue(DLQ)
+        await context.backend.create_queue(QueueSpec(DLQ))
         await context.backend.create_queue(
-            QUEUE, visibility_timeout_s=6, redrive=RedrivePolicy(DLQ, max_receive_count=3)
+            QueueSpec(
+                QUEUE, visibility_timeout_s=6, redrive=RedrivePolicy(DLQ, max_receive_count=3)
+            )
         )
 
 

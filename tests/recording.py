@@ -18,8 +18,8 @@ from worker.types import (
     Deletion,
     OutgoingMessage,
     QueueInfo,
+    QueueSpec,
     ReceivedMessage,
-    RedrivePolicy,
     VisibilityChange,
 )
 
@@ -88,24 +88,8 @@ class RecordingBackend:
     async def aclose(self) -> None:
         await self.inner.aclose()
 
-    async def create_queue(
-        self,
-        name: str,
-        *,
-        visibility_timeout_s: int = 30,
-        delay_s: int = 0,
-        retention_s: int = 345_600,
-        redrive: RedrivePolicy | None = None,
-        content_based_deduplication: bool = False,
-    ) -> str:
-        return await self.inner.create_queue(
-            name,
-            visibility_timeout_s=visibility_timeout_s,
-            delay_s=delay_s,
-            retention_s=retention_s,
-            redrive=redrive,
-            content_based_deduplication=content_based_deduplication,
-        )
+    async def create_queue(self, spec: QueueSpec) -> str:
+        return await self.inner.create_queue(spec)
 
     async def delete_queue(self, queue: str) -> None:
         await self.inner.delete_queue(queue)

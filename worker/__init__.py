@@ -10,13 +10,22 @@
     async def handle(message: Message) -> None:
         ...
 
-Run it with `lease-worker run myapp:app`.
+Run it with `lease-worker run app:app`.
+
+Every public name is here, in `__all__`; the subpackages are the layers behind them
+(the contract: `types`, `errors`, `backend`, `config`, `clock`; what users write against:
+`app`, `registry`, `middleware`, `message`; the pure `core`; the async `runtime`; the `cli`
+and `testing` composition roots).
 """
 
-from worker.app import Worker, WorkerContext
+import importlib.metadata as _metadata
+
+from worker.app import Hook, Worker, WorkerContext
 from worker.backend import Backend, Limits, QueueAdmin
 from worker.clock import Clock, LoopClock, ManualClock
 from worker.config import Backoff, ErrorPolicy, LeaseConfig, OnError, ShutdownConfig, WorkerConfig
+from worker.core.lease import Lease, LeaseState
+from worker.core.settlement import Outcome
 from worker.errors import (
     AccessDenied,
     BackendError,
@@ -25,6 +34,7 @@ from worker.errors import (
     Discard,
     FatalBackendError,
     HandlerSignal,
+    LeaseLostError,
     LeaseWorkerError,
     OverLimit,
     QueueNotFound,
@@ -32,30 +42,51 @@ from worker.errors import (
     Retry,
     TransientBackendError,
 )
-from worker.lease import Lease, LeaseLostError
 from worker.message import Message
-from worker.metrics import Metrics
 from worker.middleware import CallNext, Middleware
-from worker.outcome import Outcome
-from worker.supervisor import Supervisor
-from worker.types import MessageAttribute, OutgoingMessage, QueueInfo, RedrivePolicy
+from worker.registry import Decoder
+from worker.runtime.metrics import Metrics
+from worker.runtime.supervisor import Supervisor, run, serve
+from worker.types import (
+    BatchResult,
+    Deletion,
+    EntryFailure,
+    MessageAttribute,
+    OutgoingMessage,
+    QueueInfo,
+    QueueSpec,
+    ReceivedMessage,
+    RedrivePolicy,
+    VisibilityChange,
+)
 
-__all__ = [
+try:
+    __version__ = _metadata.version("lease-worker")
+except _metadata.PackageNotFoundError:  # run from a checkout that was never installed
+    __version__ = "0+unknown"
+
+__all__ = (
     "AccessDenied",
     "Backend",
     "BackendError",
     "Backoff",
+    "BatchResult",
     "CallNext",
     "Clock",
     "ConfigError",
     "DecodeError",
+    "Decoder",
+    "Deletion",
     "Discard",
+    "EntryFailure",
     "ErrorPolicy",
     "FatalBackendError",
     "HandlerSignal",
+    "Hook",
     "Lease",
     "LeaseConfig",
     "LeaseLostError",
+    "LeaseState",
     "LeaseWorkerError",
     "Limits",
     "LoopClock",
@@ -71,13 +102,19 @@ __all__ = [
     "QueueAdmin",
     "QueueInfo",
     "QueueNotFound",
+    "QueueSpec",
+    "ReceivedMessage",
     "RedrivePolicy",
     "RegistrationError",
     "Retry",
     "ShutdownConfig",
     "Supervisor",
     "TransientBackendError",
+    "VisibilityChange",
     "Worker",
     "WorkerConfig",
     "WorkerContext",
-]
+    "__version__",
+    "run",
+    "serve",
+)

@@ -4,18 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
-import anyio
+from prometheus_client import CollectorRegistry
 
+from worker.backend import Backend
 from worker.config import ErrorPolicy, OnError, WorkerConfig
 from worker.errors import RegistrationError
-from worker.metrics import Metrics
 from worker.middleware import Middleware
 from worker.registry import Decoder, Registry
-
-if TYPE_CHECKING:
-    from worker.backend import Backend
 
 __all__ = ["Hook", "Worker", "WorkerContext"]
 
@@ -24,10 +21,11 @@ F = TypeVar("F")
 
 @dataclass(frozen=True, slots=True)
 class WorkerContext:
-    """What start-up hooks and background tasks get: the backend, metrics, and a way out."""
+    """What start-up hooks and background tasks get: the backend, the metrics registry (to
+    add metrics of their own beside the worker's), and a way to ask for a shutdown."""
 
     backend: Backend
-    metrics: Metrics
+    registry: CollectorRegistry
     request_shutdown: Callable[[], None]
 
 
@@ -103,16 +101,6 @@ class Worker:
         """Run `task(context)` beside the worker once it receives; cancelled at shutdown."""
         self.background_tasks.append(_callable(task))
         return task
-
-    async def serve(self, backend: Backend, **kwargs: Any) -> None:
-        """Run until shut down: see `worker.supervisor.Supervisor`."""
-        from worker.supervisor import Supervisor
-
-        await Supervisor(self, backend, **kwargs).run()
-
-    def run(self, backend: Backend, **kwargs: Any) -> None:
-        """Blocking form of `serve`."""
-        anyio.run(lambda: self.serve(backend, **kwargs))
 
 
 def _callable(hook: Any) -> Any:

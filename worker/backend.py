@@ -28,38 +28,40 @@ from worker.types import (
     Deletion,
     OutgoingMessage,
     QueueInfo,
+    QueueSpec,
     ReceivedMessage,
-    RedrivePolicy,
     VisibilityChange,
 )
 
-__all__ = ["SQS_LIMITS", "Backend", "Limits", "QueueAdmin"]
+__all__ = ["Backend", "Limits", "QueueAdmin"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Limits:
-    """What one queue service allows per call. The runtime sizes every call from these."""
+    """What one queue service allows per call. The runtime sizes every call from these.
 
-    receive_batch: int = 10
-    delete_batch: int = 10
-    extend_batch: int = 10
-    release_batch: int = 10
-    send_batch: int = 10
+    No field has a default: each backend states its own (SQS: 10 of everything, 20 s long
+    polls, release to 0 s; SMQ: receive and delete 16, extend 1 with a new handle, 30 s long
+    polls, release to 1 s).
+    """
+
+    receive_batch: int
+    delete_batch: int
+    extend_batch: int
+    release_batch: int
+    send_batch: int
     #: Longest long poll, seconds.
-    max_wait_s: int = 20
+    max_wait_s: int
     #: Shortest visibility a release may set (SQS: 0, visible at once; SMQ: 1).
-    min_release_visibility_s: int = 0
+    min_release_visibility_s: int
     #: Longest visibility one call may set.
-    max_visibility_s: int = 43_200
+    max_visibility_s: int
     #: How long a message may stay invisible counted from its receive (SQS: 12 h).
-    max_lease_s: int = 43_200
+    max_lease_s: int
     #: True where a visibility change hands back a new receipt handle (SMQ).
-    extension_returns_new_handle: bool = False
+    extension_returns_new_handle: bool
     #: True where messages can be read without changing their visibility.
-    supports_peek: bool = False
-
-
-SQS_LIMITS = Limits()
+    supports_peek: bool
 
 
 @runtime_checkable
@@ -92,17 +94,8 @@ class Backend(Protocol):
 class QueueAdmin(Protocol):
     """Creating and removing queues: for the embedded engine, tests and the demo."""
 
-    async def create_queue(
-        self,
-        name: str,
-        *,
-        visibility_timeout_s: int = 30,
-        delay_s: int = 0,
-        retention_s: int = 345_600,
-        redrive: RedrivePolicy | None = None,
-        content_based_deduplication: bool = False,
-    ) -> str:
-        """Create `name` (a `.fifo` suffix makes a FIFO queue) and return its URL. Idempotent."""
+    async def create_queue(self, spec: QueueSpec) -> str:
+        """Create the queue `spec` describes and return its URL. Idempotent."""
         ...
 
     async def delete_queue(self, queue: str) -> None: ...

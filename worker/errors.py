@@ -4,6 +4,7 @@
     ├── ConfigError              invalid settings (also a ValueError)
     ├── RegistrationError        a bad @app.handler(...) call (also a ValueError)
     ├── DecodeError              a message body the handler's decoder refused
+    ├── LeaseLostError           `await lease.extend()` on a lease that is (or became) lost
     └── BackendError             a whole queue-service call failed (operation, queue)
         ├── TransientBackendError    throttling, 5xx, timeouts, resets: retry later
         │   └── OverLimit            too many messages in flight on the queue
@@ -29,6 +30,7 @@ __all__ = [
     "Discard",
     "FatalBackendError",
     "HandlerSignal",
+    "LeaseLostError",
     "LeaseWorkerError",
     "OverLimit",
     "QueueNotFound",
@@ -57,6 +59,11 @@ class DecodeError(LeaseWorkerError):
         super().__init__(f"message {message_id}: body could not be decoded: {reason}")
         self.message_id = message_id
         self.reason = reason
+
+
+class LeaseLostError(LeaseWorkerError):
+    """Raised by `Lease.extend()` when the lease was lost before or during the extension:
+    the message's receipt handle is no longer this worker's to use."""
 
 
 class BackendError(LeaseWorkerError):

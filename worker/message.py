@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from worker.lease import Lease
+from worker.core.lease import Lease
 from worker.types import MessageAttribute, ReceivedMessage
 
 __all__ = ["Message"]

@@ -24,16 +24,17 @@ from typing import Any
 
 import anyio
 
+from backends.memory import MemoryBackend
 from worker.app import Worker
 from worker.backend import Backend, QueueAdmin
 from worker.clock import ManualClock
-from worker.errors import QueueNotFound
-from worker.metrics import Metrics
-from worker.outcome import Outcome, Settlement
-from worker.supervisor import Supervisor
+from worker.core.settlement import Outcome, Settlement
+from worker.runtime.metrics import Metrics
+from worker.runtime.queues import create_missing_queues
+from worker.runtime.supervisor import Supervisor
 from worker.types import OutgoingMessage, ReceivedMessage
 
-__all__ = ["Handled", "ManualClock", "WorkerHarness", "run_worker"]
+__all__ = ("Handled", "ManualClock", "WorkerHarness", "run_worker")
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,17 +104,9 @@ async def run_worker(
     `backend` defaults to a new in-memory backend; with `create_queues`, every registered
     queue that does not exist yet is created (on a backend that can create queues).
     """
-    from backends.memory import MemoryBackend
-
     backend = backend or MemoryBackend()
     if create_queues and isinstance(backend, QueueAdmin):
-        for queue in app.registry.queues:
-            try:
-                await backend.queue_info(queue)
-            except QueueNotFound:
-                await backend.create_queue(
-                    queue, visibility_timeout_s=app.config.lease.visibility_s
-                )
+        await create_missing_queues(app, backend)
     harness: WorkerHarness
     observers = [lambda m, o, s: harness._observe(m, o, s)]
     supervisor = Supervisor(app, backend, metrics=metrics, observers=observers)

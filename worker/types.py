@@ -11,7 +11,7 @@ a single entry. Whole-call failures are exceptions from `worker.errors`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from types import MappingProxyType
 
 __all__ = [
@@ -21,6 +21,7 @@ __all__ = [
     "MessageAttribute",
     "OutgoingMessage",
     "QueueInfo",
+    "QueueSpec",
     "ReceivedMessage",
     "RedrivePolicy",
     "VisibilityChange",
@@ -144,3 +145,29 @@ class QueueInfo:
     approximate_visible: int = 0
     approximate_in_flight: int = 0
     approximate_delayed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSpec:
+    """A queue to create: its name (a `.fifo` suffix makes a FIFO queue) and attributes.
+
+    ::
+
+        await backend.create_queue(QueueSpec("orders", visibility_timeout_s=60))
+    """
+
+    name: str
+    _: KW_ONLY
+    #: Seconds a received message stays invisible unless its lease is extended.
+    visibility_timeout_s: int = 30
+    #: Seconds a sent message waits before it can be received.
+    delay_s: int = 0
+    #: Seconds a message is kept, counted from its send (SQS: 60 to 1,209,600).
+    retention_s: int = 345_600
+    redrive: RedrivePolicy | None = None
+    #: FIFO only: the body's SHA-256 is the deduplication id when none is given.
+    content_based_deduplication: bool = False
+
+    @property
+    def fifo(self) -> bool:
+        return self.name.endswith(".fifo")

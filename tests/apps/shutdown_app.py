@@ -34,6 +34,7 @@ from worker import (
     WorkerConfig,
     WorkerContext,
 )
+from worker.types import QueueSpec
 
 QUEUE = "shutdown-test"
 NOT_A_WORKER = "a string, not a Worker"
@@ -82,7 +83,9 @@ async def seed(context: WorkerContext) -> None:
     backend = context.backend
     assert isinstance(backend, MemoryBackend), "this app runs on --backend memory only"
     if settings.create:
-        await backend.create_queue(QUEUE, visibility_timeout_s=app.config.lease.visibility_s)
+        await backend.create_queue(
+            QueueSpec(QUEUE, visibility_timeout_s=app.config.lease.visibility_s)
+        )
     for start in range(0, settings.messages, 10):
         batch = [
             OutgoingMessage(entry_id=str(n), body=json.dumps({"n": n}))
@@ -168,10 +171,14 @@ def _report(context: WorkerContext) -> dict[str, Any]:
     messages: dict[str, dict[str, Any] | None] = {}
     for message_id in state.sent:
         snapshot = engine.peek(QUEUE, message_id)
-        messages[message_id] = None if snapshot is None else {
-            "state": snapshot.state.value,
-            "receive_count": snapshot.receive_count,
-            "visible_at": snapshot.visible_at,
-        }
+        messages[message_id] = (
+            None
+            if snapshot is None
+            else {
+                "state": snapshot.state.value,
+                "receive_count": snapshot.receive_count,
+                "visible_at": snapshot.visible_at,
+            }
+        )
     result["messages"] = messages
     return result

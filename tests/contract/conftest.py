@@ -4,7 +4,7 @@
   the test, so every sleep and long poll is fast-forwarded. Skipped while the module is absent.
 - `moto`: `SqsBackend` against one moto server per session (`tests.moto_server`), dummy
   credentials set explicitly, region us-east-1; every test makes its own uniquely named queues.
-- `endpoint`: `SqsBackend` against our own SQS endpoint (`backends.sqs_endpoint`) over the
+- `endpoint`: `SqsBackend` against our own SQS endpoint (`backends.serve.sqs.endpoint`) over the
   in-memory engine, served from a background thread for the whole session, in real time.
 - `@pytest.mark.moto_gap("reason")` marks a rule that real SQS keeps and moto does not: on the
   moto param the test becomes `xfail(strict=True)`; on memory and endpoint it stays strict.
@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
+from backends.serve.sqs.endpoint import SqsEndpoint, sqs_endpoint_in_thread
 from backends.sqs import SqsBackend, SqsSettings
-from backends.sqs_endpoint import SqsEndpoint, sqs_endpoint_in_thread
 from tests.contract import ContractBackend, MakeQueue
 from tests.moto_server import (
     MOTO_ACCESS_KEY,
@@ -30,7 +30,7 @@ from tests.moto_server import (
     MotoServer,
     start_moto,
 )
-from worker.types import RedrivePolicy
+from worker.types import QueueSpec, RedrivePolicy
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -119,10 +119,12 @@ def make_queue(backend: ContractBackend) -> MakeQueue:
     ) -> str:
         name = f"contract-{uuid.uuid4().hex[:16]}" + (".fifo" if fifo else "")
         await backend.create_queue(
-            name,
-            visibility_timeout_s=visibility_timeout_s,
-            redrive=redrive,
-            content_based_deduplication=content_based_deduplication,
+            QueueSpec(
+                name,
+                visibility_timeout_s=visibility_timeout_s,
+                redrive=redrive,
+                content_based_deduplication=content_based_deduplication,
+            )
         )
         return name
 

@@ -16,7 +16,7 @@ from tests.contract import (
     send_bodies,
 )
 from worker.errors import FatalBackendError, QueueNotFound
-from worker.types import MessageAttribute, OutgoingMessage, RedrivePolicy
+from worker.types import MessageAttribute, OutgoingMessage, QueueSpec, RedrivePolicy
 
 pytestmark = pytest.mark.asyncio
 
@@ -127,7 +127,7 @@ async def test_queue_info(backend: ContractBackend, make_queue: MakeQueue) -> No
 async def test_create_queue_is_idempotent(backend: ContractBackend, make_queue: MakeQueue) -> None:
     queue = await make_queue()
     first = (await backend.queue_info(queue)).url
-    again = await backend.create_queue(queue)
+    again = await backend.create_queue(QueueSpec(queue))
     assert again == first
 
 

@@ -1,0 +1,91 @@
+"""The backend factory table: each backend's name, description and `connect` function.
+
+Rules: a new backend is one entry in `BACKENDS`; nothing outside this module names a
+backend; `connect` takes only `ConnectOptions` and answers an open `Backend`, or raises
+`ConfigError` for options that backend cannot use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from backends.memory import MemoryBackend
+from backends.sqs import SqsBackend, SqsSettings
+from worker.backend import Backend
+from worker.errors import ConfigError
+
+__all__ = ("BACKENDS", "BackendKind", "ConnectOptions", "connect")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConnectOptions:
+    """Where a backend connects to, as the CLI's options give it (all optional)."""
+
+    region: str | None = None
+    endpoint_url: str | None = None
+    #: Queue name -> URL, for queues not found by name.
+    queue_urls: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BackendKind:
+    """One entry of the table."""
+
+    name: str
+    description: str
+    connect: Callable[[ConnectOptions], Awaitable[Backend]]
+    #: True for a backend that lives in this process and starts with no queues.
+    embedded: bool
+
+
+async def _connect_memory(options: ConnectOptions) -> Backend:
+    given = [
+        flag
+        for flag, value in (
+            ("--region", options.region),
+            ("--endpoint-url", options.endpoint_url),
+            ("--queue-url", options.queue_urls),
+        )
+        if value
+    ]
+    if given:
+        raise ConfigError(f"{', '.join(given)}: not used by --backend memory (the embedded engine)")
+    return MemoryBackend()
+
+
+async def _connect_sqs(options: ConnectOptions) -> Backend:
+    settings = SqsSettings(
+        region=options.region, endpoint_url=options.endpoint_url, queue_urls=options.queue_urls
+    )
+    return await SqsBackend.connect(settings)
+
+
+BACKENDS: Mapping[str, BackendKind] = MappingProxyType(
+    {
+        kind.name: kind
+        for kind in (
+            BackendKind(
+                name="memory",
+                description="the embedded in-memory engine",
+                connect=_connect_memory,
+                embedded=True,
+            ),
+            BackendKind(
+                name="sqs",
+                description="Amazon SQS (or an SQS-compatible endpoint)",
+                connect=_connect_sqs,
+                embedded=False,
+            ),
+        )
+    }
+)
+
+
+async def connect(name: str, options: ConnectOptions | None = None) -> Backend:
+    """Open the backend called `name`; `ConfigError` for a name not in `BACKENDS`."""
+    kind = BACKENDS.get(name)
+    if kind is None:
+        raise ConfigError(f"backend {name!r}: choose from {', '.join(BACKENDS)}")
+    return await kind.connect(options or ConnectOptions())

@@ -1,0 +1,180 @@
+"""`MemoryBackend`: the in-memory SQS model (`backends.memory.engine`) behind the `Backend`
+and `QueueAdmin` protocols.
+
+Rules of this adapter:
+- Every call first passes a checkpoint (so it can be cancelled there, as a network call
+  can), then calls the engine synchronously and returns its answer with no await in
+  between: a cancelled call has either changed nothing or returned its result.
+- A long poll waits, with no polling loop, on whichever comes first: the engine reporting
+  a change to the queue (send, release, delete...), the engine's `next_wakeup` (a delay
+  or a visibility timeout ending), or the poll's own deadline; then it tries again.
+  Messages are taken only by that synchronous try, so cancelling a waiting receive loses
+  nothing.
+- Time is the engine's clock (the event loop's by default), so a fast-forwarded loop
+  (looptime) moves leases, delays and long polls together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+import anyio
+import anyio.lowlevel
+
+from backends.memory.engine import MemoryEngine
+from worker.backend import Limits
+from worker.clock import Clock, LoopClock
+from worker.errors import FatalBackendError
+from worker.types import (
+    BatchResult,
+    Deletion,
+    OutgoingMessage,
+    QueueInfo,
+    QueueSpec,
+    ReceivedMessage,
+    VisibilityChange,
+)
+
+__all__ = ["MemoryBackend"]
+
+
+class MemoryBackend:
+    """A `Backend` and `QueueAdmin` over a `MemoryEngine`; `engine` is there for test hooks.
+
+    With no engine, one is built on `clock` (default: the event loop's clock). Several
+    backends may share one engine, like several clients of one SQS.
+    """
+
+    def __init__(self, engine: MemoryEngine | None = None, *, clock: Clock | None = None) -> None:
+        if engine is None:
+            engine = MemoryEngine(clock if clock is not None else LoopClock())
+        elif clock is not None and clock is not engine.clock:
+            raise ValueError("pass a clock or an engine (which has its clock), not both")
+        self._engine = engine
+        self._clock = engine.clock
+        self._waiters: dict[str, set[anyio.Event]] = {}
+        self._unsubscribe = engine.subscribe(self._on_change)
+        self._closed = False
+
+    @property
+    def engine(self) -> MemoryEngine:
+        return self._engine
+
+    @property
+    def limits(self) -> Limits:
+        return self._engine.dialect.limits
+
+    # -- Backend ------------------------------------------------------------------------
+
+    async def queue_info(self, queue: str) -> QueueInfo:
+        await self._checkpoint()
+        return self._engine.queue_info(queue)
+
+    async def receive(
+        self, queue: str, *, max_messages: int, wait_s: float, visibility_s: int | None = None
+    ) -> Sequence[ReceivedMessage]:
+        """Long-poll up to `wait_s` (0-20 s) for at most `max_messages` messages."""
+        await self._checkpoint()
+        if not 0 <= wait_s <= self.limits.max_wait_s:
+            name = self._engine.queue_name(queue)
+            raise FatalBackendError(
+                f"WaitTimeSeconds={wait_s} is not in 0-{self.limits.max_wait_s}",
+                operation="ReceiveMessage",
+                queue=name,
+                code="InvalidParameterValue",
+            )
+        deadline = self._clock.now() + wait_s
+        while True:
+            changed = anyio.Event()
+            with self._watching(queue, changed):
+                # Asked before the receive: a message due in between is then either taken
+                # or makes the wait end at once, never waits for a later wakeup.
+                wakeup = self._engine.next_wakeup(queue)
+                got = self._engine.receive(
+                    queue, max_messages, visibility_s=visibility_s, long_poll=wait_s > 0
+                )
+                if got or self._clock.now() >= deadline:
+                    return got
+                await self._wait(changed, deadline if wakeup is None else min(deadline, wakeup))
+            self._check_open()
+
+    async def extend(self, queue: str, entries: Sequence[VisibilityChange]) -> BatchResult:
+        await self._checkpoint()
+        return self._engine.change_visibility(queue, entries)
+
+    async def release(self, queue: str, entries: Sequence[VisibilityChange]) -> BatchResult:
+        await self._checkpoint()
+        return self._engine.change_visibility(queue, entries)
+
+    async def delete(self, queue: str, entries: Sequence[Deletion]) -> BatchResult:
+        await self._checkpoint()
+        return self._engine.delete(queue, entries)
+
+    async def send(self, queue: str, messages: Sequence[OutgoingMessage]) -> BatchResult:
+        await self._checkpoint()
+        return self._engine.send(queue, messages)
+
+    async def aclose(self) -> None:
+        """Stop this client; pending long polls end with an error. The engine lives on."""
+        if self._closed:
+            return
+        self._closed = True
+        self._unsubscribe()
+        for events in self._waiters.values():
+            for event in events:
+                event.set()
+        await anyio.lowlevel.checkpoint()
+
+    # -- QueueAdmin ---------------------------------------------------------------------
+
+    async def create_queue(self, spec: QueueSpec) -> str:
+        await self._checkpoint()
+        return self._engine.create_queue(spec)
+
+    async def delete_queue(self, queue: str) -> None:
+        await self._checkpoint()
+        self._engine.delete_queue(queue)
+
+    async def purge(self, queue: str) -> None:
+        await self._checkpoint()
+        self._engine.purge(queue)
+
+    # -- waiting ------------------------------------------------------------------------
+
+    def _on_change(self, name: str) -> None:
+        for event in self._waiters.get(name, ()):
+            event.set()
+
+    @contextmanager
+    def _watching(self, queue: str, event: anyio.Event) -> Iterator[None]:
+        name = self._engine.queue_name(queue)
+        self._waiters.setdefault(name, set()).add(event)
+        try:
+            yield
+        finally:
+            events = self._waiters[name]
+            events.discard(event)
+            if not events:
+                del self._waiters[name]
+
+    async def _wait(self, changed: anyio.Event, until: float) -> None:
+        """Wait for `changed` or for the clock to reach `until`, whichever is first."""
+        async with anyio.create_task_group() as tg:
+
+            async def alarm() -> None:
+                await self._clock.sleep_until(until)
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(alarm)
+            await changed.wait()
+            tg.cancel_scope.cancel()
+
+    async def _checkpoint(self) -> None:
+        self._check_open()
+        await anyio.lowlevel.checkpoint()
+        self._check_open()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("this MemoryBackend is closed")

@@ -1,0 +1,311 @@
+"""A pure, synchronous model of Amazon SQS, driven by an injected clock.
+
+The engine is its queues (`backends.memory.catalog`: created, changed, purged, deleted),
+the checks every request passes first (`backends.memory.rules`, with `Dialect`) and, here,
+the messages. Their rules, as SQS keeps them and as this engine enforces them (strict where
+SQS is strict):
+
+- A sent message is delayed by its own delay (standard queues only; 0 overrides the queue's),
+  else (None) by the queue's, then visible. A receive makes it invisible for the visibility timeout
+  and hands out a new receipt handle; only the latest handle is valid. Retention counts from
+  the send; expired messages vanish lazily, at the next call.
+- A message whose receive count would exceed maxReceiveCount on a receive moves to the DLQ
+  instead (so it lands there on receive maxReceiveCount + 1). It keeps its MessageId, body,
+  attributes and receive count (the DLQ's consumer sees how often it was tried). Moved from a
+  standard queue it keeps its send time, so retention runs on (as on SQS); a FIFO DLQ
+  restarts retention. If the DLQ is gone, the message is delivered as if there were no policy.
+- A message may not stay invisible past its receive plus 43,200 s (`InvalidParameterValue`,
+  per entry). Visibility 0 makes it visible at once; only a receive moves a message to its DLQ.
+- A visibility change needs the latest handle (`ReceiptHandleIsInvalid` otherwise) of a
+  message in flight (`MessageNotInflight` otherwise). A delete needs the latest handle, in
+  flight or not; a stale or repeated delete is `ReceiptHandleIsInvalid` (stricter than SQS).
+- FIFO: without an explicit deduplication id, ContentBasedDeduplication makes it the body's
+  SHA-256; a duplicate within 5 minutes of the first send succeeds, returns the first
+  MessageId and stores nothing. Standard queues keep a group id (SQS fair queues do) without
+  ordering by it.
+- At `max_in_flight` messages in flight, a short poll raises `OverLimit`; a long poll (the
+  adapter's) gets fewer or none.
+- A failed entry of a batch is an `EntryFailure` value (`sender_fault=True`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import secrets
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from types import MappingProxyType
+
+from backends.memory import rules
+from backends.memory.catalog import (
+    QUEUE_URL_PREFIX,
+    UNCHANGED,
+    QueueCatalog,
+    QueueDescription,
+    Unchanged,
+)
+from backends.memory.config import QueueConfig
+from backends.memory.dialects import SQS_DIALECT, Dialect
+from backends.memory.message import Message, MessageSnapshot, MessageState, received_message
+from backends.memory.queue import Queue, QueueCounts
+from worker.clock import Clock
+from worker.errors import OverLimit
+from worker.types import (
+    BatchResult,
+    Deletion,
+    EntryFailure,
+    OutgoingMessage,
+    ReceivedMessage,
+    VisibilityChange,
+)
+
+__all__ = [
+    "QUEUE_URL_PREFIX",
+    "SQS_DIALECT",
+    "UNCHANGED",
+    "Dialect",
+    "MemoryEngine",
+    "MessageSnapshot",
+    "MessageState",
+    "QueueConfig",
+    "QueueCounts",
+    "QueueDescription",
+    "Unchanged",
+]
+
+
+class MemoryEngine(QueueCatalog):
+    """An SQS model in memory. Synchronous and never sleeps: it reads `clock.now()` per call.
+
+    `max_in_flight` is the in-flight quota of each queue (SQS: 120,000); tests set it low.
+    Listeners registered with `subscribe` hear the name of each queue whose receivable
+    messages may have changed, so an async adapter can long-poll without polling.
+    """
+
+    def __init__(
+        self, clock: Clock, *, dialect: Dialect = SQS_DIALECT, max_in_flight: int = 120_000
+    ) -> None:
+        if max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
+        super().__init__(clock, dialect=dialect)
+        self.max_in_flight = max_in_flight
+        # Ids need only be unique and opaque: a random prefix and a counter are both, and
+        # much cheaper than a uuid4 each at 100,000 messages.
+        self._id_prefix = secrets.token_hex(6)
+        self._ids = itertools.count(1)
+
+    # -- messages -----------------------------------------------------------------------
+
+    def send(self, queue: str, messages: Sequence[OutgoingMessage]) -> BatchResult:
+        state = self._settled(queue, "SendMessageBatch")
+        rules.check_send_batch(state.config.name, messages, self.dialect)
+        succeeded: list[str] = []
+        failed: list[EntryFailure] = []
+        ids: dict[str, str] = {}
+        for message in messages:
+            problem = rules.send_problem(state.config, message, self.dialect)
+            if problem is None:
+                ids[message.entry_id] = self._send_one(state, message)
+                succeeded.append(message.entry_id)
+            else:
+                failed.append(EntryFailure(message.entry_id, *problem))
+        if succeeded:
+            self._notify(state.config.name)
+        return BatchResult(
+            succeeded=tuple(succeeded), failed=tuple(failed), message_ids=MappingProxyType(ids)
+        )
+
+    def _send_one(self, state: Queue, outgoing: OutgoingMessage) -> str:
+        now = self.clock.now()
+        dedup_id = outgoing.deduplication_id
+        if state.config.fifo and dedup_id is None:
+            dedup_id = hashlib.sha256(outgoing.body.encode()).hexdigest()
+        if dedup_id is not None:
+            original = state.deduplication.duplicate_of(dedup_id, now)
+            if original is not None:
+                return original
+        message = Message(
+            message_id=self._new_id(),
+            body=outgoing.body,
+            message_attributes=outgoing.message_attributes,
+            sent_at=now,
+            sent_timestamp_ms=self._wall_ms(now),
+            group_id=outgoing.group_id,
+            deduplication_id=dedup_id,
+            visible_at=now
+            + (state.config.delay_s if outgoing.delay_s is None else outgoing.delay_s),
+        )
+        state.add(message, now, expires_at=now + state.config.retention_s)
+        if dedup_id is not None:
+            state.deduplication.remember(dedup_id, message.message_id, now)
+        return message.message_id
+
+    def check_batch(self, operation: str, queue: str, entry_ids: Sequence[str]) -> None:
+        """The whole-call checks of a batch (count, ids), as `send` and the others make them;
+        for a front end that refuses some entries itself before calling the engine."""
+        rules.check_batch(operation, self.queue_name(queue), entry_ids, self.dialect)
+
+    def sequence_number(self, queue: str, message_id: str) -> str | None:
+        """The FIFO sequence number of a stored message; None on a standard queue or once the
+        message is gone."""
+        message = self._queue(queue, "SendMessage").messages.get(message_id)
+        return None if message is None else message.sequence_number
+
+    def receive(
+        self,
+        queue: str,
+        max_messages: int = 1,
+        *,
+        visibility_s: int | None = None,
+        long_poll: bool = False,
+    ) -> list[ReceivedMessage]:
+        """Take up to `max_messages` receivable messages now; never waits.
+
+        `long_poll` only changes what happens at the in-flight quota: a short poll raises
+        `OverLimit`, a long poll gets fewer or no messages (its adapter does the waiting).
+        """
+        op = "ReceiveMessage"
+        state = self._settled(queue, op)
+        name = state.config.name
+        if visibility_s is None:
+            visibility_s = state.config.visibility_timeout_s
+        rules.check_receive(name, max_messages, visibility_s, self.dialect)
+        room = self.max_in_flight - len(state.in_flight)
+        if room <= 0 and not long_poll:
+            raise OverLimit(
+                f"{name}: too many messages in flight", operation=op, queue=name, code="OverLimit"
+            )
+        taken = state.take(
+            max_messages,
+            room=max(room, 0),
+            deliver=self._deliverer(visibility_s),
+            redrive=self._redriver(state),
+        )
+        if taken.redriven:
+            self._store_redriven(state, taken.redriven)
+        return [received_message(state.config, message) for message in taken.delivered]
+
+    def change_visibility(self, queue: str, entries: Sequence[VisibilityChange]) -> BatchResult:
+        """Extend or release leases; visibility 0 makes a message visible at once."""
+        op = "ChangeMessageVisibilityBatch"
+        state = self._settled(queue, op)
+        rules.check_batch(op, state.config.name, [e.entry_id for e in entries], self.dialect)
+        now = self.clock.now()
+        succeeded: list[str] = []
+        failed: list[EntryFailure] = []
+        for entry in entries:
+            problem = rules.visibility_problem(entry.visibility_s, self.dialect)
+            if problem is None:
+                problem = state.change_visibility(
+                    entry.receipt_handle,
+                    entry.visibility_s,
+                    now,
+                    max_lease_s=self.dialect.max_lease_s,
+                )
+            if problem is None:
+                succeeded.append(entry.entry_id)
+            else:
+                failed.append(EntryFailure(entry.entry_id, *problem))
+        if succeeded:
+            self._notify(state.config.name)
+        return BatchResult(succeeded=tuple(succeeded), failed=tuple(failed))
+
+    def delete(self, queue: str, entries: Sequence[Deletion]) -> BatchResult:
+        op = "DeleteMessageBatch"
+        state = self._settled(queue, op)
+        rules.check_batch(op, state.config.name, [e.entry_id for e in entries], self.dialect)
+        succeeded: list[str] = []
+        failed: list[EntryFailure] = []
+        for entry in entries:
+            if state.delete(entry.receipt_handle):
+                succeeded.append(entry.entry_id)
+            else:
+                failed.append(
+                    EntryFailure(
+                        entry.entry_id,
+                        "ReceiptHandleIsInvalid",
+                        "not the latest receipt handle of a stored message",
+                    )
+                )
+        if succeeded:
+            # Fewer in flight may unblock a FIFO group or a long poll held at the quota.
+            self._notify(state.config.name)
+        return BatchResult(succeeded=tuple(succeeded), failed=tuple(failed))
+
+    # -- for the async adapter ----------------------------------------------------------
+
+    def next_wakeup(self, queue: str) -> float | None:
+        """The earliest future time at which a message of `queue` may become receivable.
+
+        That is a delay or a visibility timeout ending; None when nothing is pending. It may
+        be early (a message behind a blocked FIFO group), never late: a waiter re-checks.
+        """
+        return self._settled(queue, "ReceiveMessage").next_timer()
+
+    # -- test hooks (not part of SQS) ---------------------------------------------------
+
+    def counts(self, queue: str) -> QueueCounts:
+        """Test hook: exact visible / in-flight / delayed counts of `queue`."""
+        return self._settled(queue, "GetQueueAttributes").counts()
+
+    def peek(self, queue: str, message_id: str) -> MessageSnapshot | None:
+        """Test hook: one message's state, without receiving it; None once it is gone."""
+        return self._settled(queue, "GetQueueAttributes").snapshot(message_id)
+
+    def expire(self, queue: str, message_id: str) -> None:
+        """Test hook: end an in-flight message's visibility now, as if its lease lapsed.
+
+        Its latest handle then gets `MessageNotInflight` from visibility changes, and
+        `ReceiptHandleIsInvalid` once the message is received again. `ValueError` if the
+        message is not in flight.
+        """
+        state = self._settled(queue, "ChangeMessageVisibility")
+        message = state.messages.get(message_id)
+        if message is None or message.state is not MessageState.IN_FLIGHT:
+            raise ValueError(f"message {message_id} is not in flight on {state.config.name}")
+        now = self.clock.now()
+        state.set_visible_at(message, now, now)
+        self._notify(state.config.name)
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _new_id(self) -> str:
+        prefix = self._id_prefix
+        return f"{prefix[:8]}-{prefix[8:]}-4000-8000-{next(self._ids):012x}"
+
+    def _deliverer(self, visibility_s: int) -> Callable[[Message], None]:
+        now = self.clock.now()
+        wall_ms = self._wall_ms(now)
+
+        def deliver(message: Message) -> None:
+            message.receive_count += 1
+            if message.first_receive_ms is None:
+                message.first_receive_ms = wall_ms
+            message.received_at = now
+            message.visible_at = now + visibility_s
+            message.receipt_handle = f"{self._id_prefix}{next(self._ids):x}.{message.message_id}"
+
+        return deliver
+
+    def _redriver(self, state: Queue) -> Callable[[Message], bool]:
+        redrive = state.config.redrive
+        if redrive is None or self.queue_name(redrive.dead_letter_queue) not in self._queues:
+            return lambda message: False
+        most = redrive.max_receive_count
+        return lambda message: message.receive_count + 1 > most
+
+    def _store_redriven(self, source: Queue, messages: list[Message]) -> None:
+        assert source.config.redrive is not None
+        target = self._queues[self.queue_name(source.config.redrive.dead_letter_queue)]
+        now = self.clock.now()
+        for message in messages:
+            moved = replace(
+                message,
+                state=MessageState.DELAYED,
+                visible_at=now,
+                receipt_handle=None,
+                sent_at=now if target.config.fifo else message.sent_at,
+            )
+            target.add(moved, now, expires_at=moved.sent_at + target.config.retention_s)
+        self._notify(target.config.name)

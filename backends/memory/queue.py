@@ -1,0 +1,317 @@
+"""One queue of the in-memory engine: its messages, their states and the indexes over them.
+
+Rules this module keeps (above it, `backends.memory.rules` checks requests and the engine
+speaks the protocol):
+
+- A message is in exactly one state: DELAYED (sent, not yet receivable), VISIBLE
+  (receivable) or IN_FLIGHT (received, invisible until `visible_at`). A message leaves
+  the queue by deletion, by retention expiry, by a purge or by redrive to its DLQ.
+- DELAYED and IN_FLIGHT become VISIBLE when `now >= visible_at`. That transition happens
+  lazily, in `settle(now)`, which every engine call runs first: nothing here watches time.
+- Timers are a heap of `(visible_at, tiebreak, generation, message_id)`. Changing a
+  message's visibility bumps its generation and pushes a new entry; the old entry is left
+  behind and skipped when popped (lazy deletion), so no call scans all messages.
+- Retention is a second heap, `(expires_at, tiebreak, message_id)`; an entry whose message
+  is already gone is skipped.
+- Only the receipt handle of the latest receive is in `handles`; older ones are forgotten,
+  which is what makes them invalid.
+- Standard queues hand out VISIBLE messages in the order they became visible.
+- FIFO queues serve only ready groups (`backends.memory.groups`), from the first message
+  on, in send order, stopping at the first message that is not VISIBLE.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from backends.memory.config import QueueConfig
+from backends.memory.dedup import DeduplicationWindow
+from backends.memory.groups import MessageGroups
+from backends.memory.message import (
+    Message,
+    MessageSnapshot,
+    MessageState,
+    received_message,
+    snapshot,
+)
+
+__all__ = [
+    "Message",
+    "MessageSnapshot",
+    "MessageState",
+    "Queue",
+    "QueueCounts",
+    "Taken",
+    "received_message",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class QueueCounts:
+    """Test hook: exact counts of one queue (SQS's are approximate)."""
+
+    visible: int
+    in_flight: int
+    delayed: int
+
+
+@dataclass(slots=True)
+class Taken:
+    """What one receive took from a queue: messages to deliver and messages to redrive."""
+
+    delivered: list[Message] = field(default_factory=list)
+    redriven: list[Message] = field(default_factory=list)
+
+
+class Queue:
+    """The state of one queue. Every method takes `now`; none reads a clock."""
+
+    def __init__(self, config: QueueConfig, *, created_at: float = 0.0) -> None:
+        self.config = config
+        #: Monotonic times of the creation and of the latest attribute change.
+        self.created_at = created_at
+        self.modified_at = created_at
+        self.last_purge_at: float | None = None
+        self.messages: dict[str, Message] = {}
+        self.visible: OrderedDict[str, None] = OrderedDict()
+        self.in_flight: set[str] = set()
+        self.delayed: set[str] = set()
+        self.handles: dict[str, str] = {}
+        self._groups = MessageGroups(self.messages, fifo=config.fifo)
+        self._timers: list[tuple[float, int, int, str]] = []
+        self._expiries: list[tuple[float, int, str]] = []
+        self.deduplication = DeduplicationWindow()
+        self._tiebreak = itertools.count()
+        self._sequence = itertools.count(1)
+
+    # -- time ---------------------------------------------------------------------------
+
+    def settle(self, now: float) -> None:
+        """Apply every transition due at `now`: expiries, then visibility ends."""
+        while self._expiries and self._expiries[0][0] <= now:
+            _, _, message_id = heapq.heappop(self._expiries)
+            message = self.messages.get(message_id)
+            if message is not None:
+                self.remove(message)
+        while self._timers and self._timers[0][0] <= now:
+            _, _, generation, message_id = heapq.heappop(self._timers)
+            if self._is_live(generation, message_id):
+                self._make_visible(self.messages[message_id])
+        self.deduplication.settle(now)
+
+    def next_timer(self) -> float | None:
+        """When the next DELAYED or IN_FLIGHT message turns VISIBLE (call after `settle`)."""
+        while self._timers:
+            visible_at, _, generation, message_id = self._timers[0]
+            if self._is_live(generation, message_id):
+                return visible_at
+            heapq.heappop(self._timers)
+        return None
+
+    # -- adding and removing ------------------------------------------------------------
+
+    def add(self, message: Message, now: float, *, expires_at: float) -> None:
+        """Store a new message; it is VISIBLE at once unless `visible_at` is later than now."""
+        self.messages[message.message_id] = message
+        if self.config.fifo:
+            message.sequence_number = f"{next(self._sequence):020d}"
+        self._groups.add(message)
+        heapq.heappush(self._expiries, (expires_at, next(self._tiebreak), message.message_id))
+        if len(self._expiries) > 2 * len(self.messages) + 64:
+            # Deleted messages leave their entries for days of retention; prune them.
+            self._expiries = [e for e in self._expiries if e[2] in self.messages]
+            heapq.heapify(self._expiries)
+        if message.visible_at > now:
+            message.state = MessageState.DELAYED
+            self.delayed.add(message.message_id)
+            self._push_timer(message)
+        else:
+            self._make_visible(message)
+
+    def remove(self, message: Message) -> None:
+        """Forget a message, wherever it is (deletion, expiry, redrive)."""
+        message_id = message.message_id
+        del self.messages[message_id]
+        self.visible.pop(message_id, None)
+        self.in_flight.discard(message_id)
+        self.delayed.discard(message_id)
+        if message.receipt_handle is not None:
+            self.handles.pop(message.receipt_handle, None)
+        self._groups.remove(message)
+
+    def purge(self, now: float) -> None:
+        """Drop every message; deduplication ids stay remembered, as on SQS."""
+        self.messages.clear()
+        self.visible.clear()
+        self.in_flight.clear()
+        self.delayed.clear()
+        self.handles.clear()
+        self._groups.clear()
+        self._timers.clear()
+        self._expiries.clear()
+        self.last_purge_at = now
+
+    def set_retention(self, retention_s: int) -> None:
+        """Apply a new retention period to every stored message, counted from its send."""
+        self._expiries = [
+            (message.sent_at + retention_s, next(self._tiebreak), message_id)
+            for message_id, message in self.messages.items()
+        ]
+        heapq.heapify(self._expiries)
+
+    # -- visibility ---------------------------------------------------------------------
+
+    def set_visible_at(self, message: Message, visible_at: float, now: float) -> None:
+        """Move an IN_FLIGHT message's visibility end (to now at the earliest)."""
+        message.visible_at = visible_at
+        message.generation += 1
+        self._push_timer(message)
+        if visible_at <= now:
+            self.settle(now)
+
+    def change_visibility(
+        self, handle: str, visibility_s: int, now: float, *, max_lease_s: int
+    ) -> tuple[str, str] | None:
+        """Apply one visibility change; returns the failure's (code, reason) if refused."""
+        message_id = self.handles.get(handle)
+        if message_id is None:
+            return "ReceiptHandleIsInvalid", "not the latest receipt handle of a stored message"
+        message = self.messages[message_id]
+        if message.state is not MessageState.IN_FLIGHT:
+            return "MessageNotInflight", "the message is not in flight"
+        visible_at = now + visibility_s
+        if visible_at > message.received_at + max_lease_s:
+            return "InvalidParameterValue", f"invisible past {max_lease_s} s from its receive"
+        self.set_visible_at(message, visible_at, now)
+        return None
+
+    def delete(self, handle: str) -> bool:
+        """Delete by the latest receipt handle, in flight or not; False if it is not one."""
+        message_id = self.handles.get(handle)
+        if message_id is None:
+            return False
+        self.remove(self.messages[message_id])
+        return True
+
+    def take(
+        self,
+        count: int,
+        *,
+        room: int,
+        deliver: Callable[[Message], None],
+        redrive: Callable[[Message], bool],
+    ) -> Taken:
+        """Take up to `count` receivable messages, never more than `room` put in flight.
+
+        `redrive(message)` says whether a message goes to the DLQ instead; such messages
+        are removed and returned for the engine to store elsewhere. `deliver(message)`
+        updates the message for this receive (count, handle, visibility end) before the
+        queue marks it IN_FLIGHT.
+        """
+        taken = Taken()
+        limit = len(self.in_flight) + room
+        if self.config.fifo:
+            self._take_fifo(taken, count, limit, deliver, redrive)
+        else:
+            self._take_standard(taken, count, limit, deliver, redrive)
+        return taken
+
+    def _take_standard(
+        self,
+        taken: Taken,
+        count: int,
+        limit: int,
+        deliver: Callable[[Message], None],
+        redrive: Callable[[Message], bool],
+    ) -> None:
+        while len(taken.delivered) < count and self.visible and len(self.in_flight) < limit:
+            message = self.messages[next(iter(self.visible))]
+            if redrive(message):
+                self.remove(message)
+                taken.redriven.append(message)
+            else:
+                self._mark_in_flight(message, deliver)
+                taken.delivered.append(message)
+
+    def _take_fifo(
+        self,
+        taken: Taken,
+        count: int,
+        limit: int,
+        deliver: Callable[[Message], None],
+        redrive: Callable[[Message], bool],
+    ) -> None:
+        while len(taken.delivered) < count and len(self.in_flight) < limit:
+            group_id = self._groups.pop_ready()
+            if group_id is None:
+                break
+            moved: list[Message] = []
+            for message_id in self._groups.message_ids(group_id):
+                message = self.messages[message_id]
+                full = len(taken.delivered) >= count or len(self.in_flight) >= limit
+                if full or message.state is not MessageState.VISIBLE:
+                    break
+                if redrive(message):
+                    moved.append(message)
+                else:
+                    self._mark_in_flight(message, deliver)
+                    taken.delivered.append(message)
+            # Removing changes the group's ordered ids, so it waits until the walk is over.
+            for message in moved:
+                self.remove(message)
+            taken.redriven.extend(moved)
+            self._groups.refresh(group_id)
+
+    # -- test hooks ---------------------------------------------------------------------
+
+    def counts(self) -> QueueCounts:
+        return QueueCounts(len(self.visible), len(self.in_flight), len(self.delayed))
+
+    def snapshot(self, message_id: str) -> MessageSnapshot | None:
+        message = self.messages.get(message_id)
+        return None if message is None else snapshot(message)
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _push_timer(self, message: Message) -> None:
+        entry = (message.visible_at, next(self._tiebreak), message.generation, message.message_id)
+        heapq.heappush(self._timers, entry)
+        # Each extension leaves a stale entry that is only dropped when it comes due; with
+        # long visibilities extended often they would pile up, so prune now and then
+        # (amortized O(1): the heap at least halves each time).
+        if len(self._timers) > 2 * len(self.messages) + 64:
+            self._timers = [t for t in self._timers if self._is_live(t[2], t[3])]
+            heapq.heapify(self._timers)
+
+    def _is_live(self, generation: int, message_id: str) -> bool:
+        message = self.messages.get(message_id)
+        return message is not None and message.generation == generation
+
+    def _make_visible(self, message: Message) -> None:
+        message_id = message.message_id
+        was_in_flight = message.state is MessageState.IN_FLIGHT
+        if was_in_flight:
+            self.in_flight.discard(message_id)
+        else:
+            self.delayed.discard(message_id)
+        message.state = MessageState.VISIBLE
+        self.visible[message_id] = None
+        self._groups.became_visible(message, was_in_flight=was_in_flight)
+
+    def _mark_in_flight(self, message: Message, deliver: Callable[[Message], None]) -> None:
+        old_handle = message.receipt_handle
+        deliver(message)
+        if old_handle is not None:
+            del self.handles[old_handle]
+        assert message.receipt_handle is not None, "deliver() must set a receipt handle"
+        self.handles[message.receipt_handle] = message.message_id
+        del self.visible[message.message_id]
+        self.in_flight.add(message.message_id)
+        message.state = MessageState.IN_FLIGHT
+        message.generation += 1
+        self._push_timer(message)
+        self._groups.took_flight(message)

@@ -1,0 +1,175 @@
+"""What a request to the in-memory engine must be, and `Dialect`, the numbers in which
+services differ. Pure checks: no queue state, no clock.
+
+The rules, as SQS keeps them and as these checks enforce them (strict where SQS is strict). A
+refused call raises `FatalBackendError` with SQS's code; a refused entry is a (code, reason)
+that the engine reports as an `EntryFailure`.
+
+Queues
+- A name is 1-80 characters of `[A-Za-z0-9_-]`, a `.fifo` suffix making a FIFO queue.
+- A redrive policy's maxReceiveCount is 1-1,000.
+
+Messages
+- Visibility is 0-43,200 s (`InvalidParameterValue`): a receive fails whole, a visibility
+  change per entry.
+- FIFO: MessageGroupId is required (`MissingParameter`), a per-message delay is refused, a
+  deduplication id (explicit, or by ContentBasedDeduplication) is required. Standard queues
+  refuse a deduplication id.
+- A body is 1 or more characters SQS accepts (`InvalidMessageContents` otherwise); a batch
+  of more than 1 MiB in all fails whole (`AWS.SimpleQueueService.BatchRequestTooLong`).
+
+Batches
+- Send, change-visibility and delete take 1-10 entries with distinct ids of 1-80
+  `[A-Za-z0-9_-]` characters, else the whole call fails (`FatalBackendError`, SQS's code). A
+  receive takes 1-10.
+
+Only the SQS dialect is implemented. `Dialect` holds the numbers that differ between services
+and the engine reads every one of them; a later Alibaba Cloud SMQ dialect (batches of 16,
+minimum visibility 1, a new receipt handle from every visibility change, no FIFO, its own error
+codes) needs new fields and code for those behaviours, not just other numbers.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import NoReturn
+
+from backends.memory.config import QueueConfig
+from backends.memory.dialects import SQS_DIALECT, Dialect
+from worker.errors import FatalBackendError
+from worker.types import OutgoingMessage
+
+__all__ = [
+    "SQS_DIALECT",
+    "SQS_PREFIX",
+    "Dialect",
+    "check_attributes",
+    "check_batch",
+    "check_queue_name",
+    "check_receive",
+    "check_send_batch",
+    "fail",
+    "send_problem",
+    "visibility_problem",
+]
+
+#: The prefix of SQS's legacy error codes (`AWS.SimpleQueueService.NonExistentQueue`).
+SQS_PREFIX = "AWS.SimpleQueueService."
+_QUEUE_NAME = re.compile(r"(?=.{1,80}\Z)[A-Za-z0-9_-]+(\.fifo)?\Z")
+_ENTRY_ID = re.compile(r"[A-Za-z0-9_-]{1,80}\Z")
+_FIFO_ID = re.compile(r"[!-~]{1,128}\Z")
+# The characters SQS accepts in a body (XML 1.0's), negated.
+_BAD_BODY = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def fail(operation: str, queue: str, code: str, reason: str) -> NoReturn:
+    raise FatalBackendError(
+        f"{operation} on {queue!r}: {code}: {reason}", operation=operation, queue=queue, code=code
+    )
+
+
+def check_queue_name(name: str) -> None:
+    if not _QUEUE_NAME.match(name):
+        fail("CreateQueue", name, "InvalidParameterValue", "invalid queue name")
+
+
+def check_attributes(config: QueueConfig, dialect: Dialect, operation: str = "CreateQueue") -> None:
+    ranges = [
+        ("VisibilityTimeout", config.visibility_timeout_s, 0, dialect.max_visibility_s),
+        ("DelaySeconds", config.delay_s, 0, dialect.max_delay_s),
+        ("MessageRetentionPeriod", config.retention_s, 60, 1_209_600),
+    ]
+    if config.redrive is not None:
+        ranges.append(("maxReceiveCount", config.redrive.max_receive_count, 1, 1_000))
+    for attribute, value, low, high in ranges:
+        if not low <= value <= high:
+            fail(
+                operation,
+                config.name,
+                "InvalidAttributeValue",
+                f"{attribute}={value} is not in {low}-{high}",
+            )
+    if config.content_based_deduplication and not config.fifo:
+        fail(
+            operation,
+            config.name,
+            "InvalidAttributeName",
+            "ContentBasedDeduplication is for FIFO queues",
+        )
+
+
+def check_batch(operation: str, queue: str, ids: Sequence[str], dialect: Dialect) -> None:
+    """Whole-call checks of a batch, in the order SQS makes them."""
+    if not ids:
+        fail(operation, queue, SQS_PREFIX + "EmptyBatchRequest", "no entries")
+    if len(ids) > dialect.max_batch_entries:
+        fail(
+            operation,
+            queue,
+            SQS_PREFIX + "TooManyEntriesInBatchRequest",
+            f"{len(ids)} entries, at most {dialect.max_batch_entries}",
+        )
+    if not all(_ENTRY_ID.match(entry_id) for entry_id in ids):
+        fail(operation, queue, SQS_PREFIX + "InvalidBatchEntryId", "ids are 1-80 of [A-Za-z0-9_-]")
+    if len(set(ids)) != len(ids):
+        fail(operation, queue, SQS_PREFIX + "BatchEntryIdsNotDistinct", "entry ids repeat")
+
+
+def check_send_batch(queue: str, messages: Sequence[OutgoingMessage], dialect: Dialect) -> None:
+    """Whole-call checks of a SendMessageBatch: those of every batch, then its size."""
+    operation = "SendMessageBatch"
+    check_batch(operation, queue, [m.entry_id for m in messages], dialect)
+    if sum(_size(m) for m in messages) > dialect.max_message_bytes:
+        fail(operation, queue, SQS_PREFIX + "BatchRequestTooLong", "batch too large")
+
+
+def check_receive(queue: str, max_messages: int, visibility_s: int, dialect: Dialect) -> None:
+    operation = "ReceiveMessage"
+    if not 1 <= max_messages <= dialect.max_receive:
+        fail(operation, queue, "InvalidParameterValue", f"MaxNumberOfMessages={max_messages}")
+    if not dialect.min_visibility_s <= visibility_s <= dialect.max_visibility_s:
+        fail(operation, queue, "InvalidParameterValue", f"VisibilityTimeout={visibility_s}")
+
+
+def visibility_problem(visibility_s: int, dialect: Dialect) -> tuple[str, str] | None:
+    """Why SQS would refuse this visibility in a change batch: (code, reason), or None."""
+    low, high = dialect.min_visibility_s, dialect.max_visibility_s
+    if low <= visibility_s <= high:
+        return None
+    return "InvalidParameterValue", f"visibility {visibility_s} not in {low}-{high}"
+
+
+def send_problem(
+    config: QueueConfig, message: OutgoingMessage, dialect: Dialect
+) -> tuple[str, str] | None:
+    """Why SQS would refuse this entry of a send batch: (code, reason), or None."""
+    if not message.body:
+        return "MissingParameter", "MessageBody is required"
+    if _BAD_BODY.search(message.body):
+        return "InvalidMessageContents", "the body holds characters SQS does not accept"
+    if message.delay_s is not None and not 0 <= message.delay_s <= dialect.max_delay_s:
+        return "InvalidParameterValue", f"DelaySeconds={message.delay_s}"
+    for value in (message.group_id, message.deduplication_id):
+        if value is not None and not _FIFO_ID.match(value):
+            return "InvalidParameterValue", "ids are 1-128 printable ASCII characters"
+    if not config.fifo:
+        if message.deduplication_id is not None:
+            return "InvalidParameterValue", "MessageDeduplicationId is for FIFO queues"
+        return None
+    if message.group_id is None:
+        return "MissingParameter", "a FIFO queue needs MessageGroupId"
+    if message.delay_s:
+        return "InvalidParameterValue", "FIFO queues take no per-message DelaySeconds"
+    if message.deduplication_id is None and not config.content_based_deduplication:
+        return "InvalidParameterValue", "no MessageDeduplicationId, no content-based dedup"
+    return None
+
+
+def _size(message: OutgoingMessage) -> int:
+    # surrogatepass: a body with lone surrogates is refused per entry, not with a crash here.
+    size = len(message.body.encode("utf-8", "surrogatepass"))
+    for name, attribute in message.message_attributes.items():
+        size += len(name.encode()) + len(attribute.data_type.encode())
+        size += len((attribute.string_value or "").encode()) + len(attribute.binary_value or b"")
+    return size

@@ -1,0 +1,1 @@
+"""Queue services' wire protocols served over the in-memory engine (`backends.memory`)."""

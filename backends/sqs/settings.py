@@ -1,0 +1,86 @@
+"""`SqsSettings`: how `backends.sqs` reaches SQS.
+
+Rules this module keeps:
+- Region, endpoint and credentials come from the standard AWS chain unless given explicitly.
+- botocore retries in `standard` mode (`total_max_attempts` counts the first try).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from aiobotocore.config import AioConfig
+
+from backends.sqs.wire import is_url
+from worker.errors import ConfigError
+
+__all__ = ["DEFAULT_SYSTEM_ATTRIBUTES", "SqsSettings"]
+
+_LONGEST_POLL_S = 20
+DEFAULT_SYSTEM_ATTRIBUTES = (
+    "ApproximateReceiveCount",
+    "SentTimestamp",
+    "MessageGroupId",
+    "MessageDeduplicationId",
+    "SequenceNumber",
+    "AWSTraceHeader",
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SqsSettings:
+    """How to reach SQS. Unset fields fall back to the standard AWS chain (env, profile, role)."""
+
+    #: AWS region; None: `AWS_REGION` / `AWS_DEFAULT_REGION` / the profile.
+    region: str | None = None
+    #: Another endpoint (moto, LocalStack, a VPC endpoint); None: the region's own.
+    endpoint_url: str | None = None
+    #: Explicit credentials; all None: the standard chain. A key id needs its secret.
+    access_key_id: str | None = None
+    secret_access_key: str | None = None
+    session_token: str | None = None
+    #: A named profile of the shared config files.
+    profile: str | None = None
+    #: Attempts per call including the first (botocore `standard` retry mode).
+    max_attempts: int = 5
+    connect_timeout_s: float = 5.0
+    #: Must exceed the 20 s long poll, or every idle receive would time out.
+    read_timeout_s: float = 30.0
+    max_pool_connections: int = 20
+    #: Known queue URLs by name, used instead of GetQueueUrl (another account's queues).
+    queue_urls: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    #: System attributes asked for on every receive. The runtime needs the receive count
+    #: and (FIFO) the group; each further attribute costs parsing on every message, so
+    #: `("All",)` is opt-in.
+    system_attributes: tuple[str, ...] = DEFAULT_SYSTEM_ATTRIBUTES
+    #: Message attributes asked for on every receive (only those set cost anything).
+    message_attributes: tuple[str, ...] = ("All",)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "queue_urls", MappingProxyType(dict(self.queue_urls)))
+        for name, url in self.queue_urls.items():
+            if not is_url(url):
+                raise ConfigError(f"SqsSettings.queue_urls[{name!r}]={url!r}: not an http(s) URL")
+        if (self.access_key_id is None) != (self.secret_access_key is None):
+            raise ConfigError("SqsSettings: access_key_id and secret_access_key go together")
+        rules = (
+            ("max_attempts", self.max_attempts >= 1, ">= 1"),
+            ("connect_timeout_s", self.connect_timeout_s > 0, "> 0"),
+            ("read_timeout_s", self.read_timeout_s > _LONGEST_POLL_S, f"> {_LONGEST_POLL_S}"),
+            ("max_pool_connections", self.max_pool_connections >= 1, ">= 1"),
+        )
+        for name, ok, rule in rules:
+            if not ok:
+                raise ConfigError(f"SqsSettings.{name}={getattr(self, name)!r}: must be {rule}")
+
+    def client_config(self) -> AioConfig:
+        return AioConfig(
+            retries={"mode": "standard", "total_max_attempts": self.max_attempts},
+            connect_timeout=self.connect_timeout_s,
+            read_timeout=self.read_timeout_s,
+            max_pool_connections=self.max_pool_connections,
+            # The backend builds and checks entries; botocore's validator would walk every call.
+            parameter_validation=False,
+        )

@@ -1,0 +1,53 @@
+"""The `lease-worker` command (also `python -m worker`).
+
+`lease-worker run APP` runs a worker (`worker.cli.run`); `lease-worker serve-sqs`
+serves the in-memory engine over SQS's JSON protocol (`worker.cli.serve`).
+
+Invalid settings end the process with status 2 and one line saying which setting and why; a
+fatal queue-service error (missing queue, access denied) with status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from worker.cli import run as run_command
+from worker.cli import serve as serve_command
+from worker.cli.logging import configure_logging
+from worker.cli.options import check_env_choices
+from worker.cli.run import load_app
+from worker.errors import ConfigError, FatalBackendError
+
+__all__ = ["build_parser", "load_app", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="lease-worker",
+        description="Run queue handlers whose leases extend themselves.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    run_command.add_parser(commands)
+    serve_command.add_parser(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "serve-sqs":
+        check_env_choices(parser, args, serve_command.OPTIONS)
+        return serve_command.main(args)
+    options = [option for group in run_command.OPTIONS.values() for option in group]
+    check_env_choices(parser, args, options)
+    try:
+        configure_logging(fmt=args.log_format, level=args.log_level)
+        return run_command.run(args, argv if argv is not None else sys.argv[1:])
+    except (ConfigError, ValueError) as error:
+        print(f"lease-worker: error: {error}", file=sys.stderr)
+        return 2
+    except FatalBackendError as error:
+        print(f"lease-worker: error: {error}", file=sys.stderr)
+        return 1

@@ -1,0 +1,255 @@
+"""`lease-worker run APP`: load the application, apply the options, run until signalled.
+
+Settings come from the command line, else from `LEASE_WORKER_*` environment variables, else
+from the application's own `WorkerConfig`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+import structlog
+from prometheus_client import start_http_server
+
+from backends import BACKENDS, ConnectOptions, connect
+from worker.app import Worker
+from worker.backend import Backend
+from worker.cli.options import LOG_OPTIONS, Option, add_options
+from worker.cli.processes import run_processes
+from worker.config import LeaseConfig, ShutdownConfig, WorkerConfig
+from worker.errors import ConfigError, FatalBackendError
+from worker.runtime.metrics import Metrics
+from worker.runtime.queues import create_missing_queues
+from worker.runtime.supervisor import Supervisor
+
+__all__ = ["OPTIONS", "add_parser", "load_app", "run"]
+
+_DESCRIPTION = (
+    "Run APP (module:attribute naming a lease-worker Worker) until SIGTERM or SIGINT; a second "
+    "signal cuts the drain short. Each option can also be set in the environment as "
+    "LEASE_WORKER_<OPTION>, e.g. LEASE_WORKER_BACKEND=sqs or LEASE_WORKER_MAX_IN_FLIGHT=50. "
+    "Lease and flow options default to the app's WorkerConfig."
+)
+
+OPTIONS: dict[str, tuple[Option, ...]] = {
+    "queue service": (
+        Option(
+            "--backend",
+            "; ".join(f"{kind.name}: {kind.description}" for kind in BACKENDS.values())
+            + " (default: memory)",
+            default="memory",
+            choices=tuple(BACKENDS),
+        ),
+        Option("--region", "AWS region (default: the AWS chain, e.g. AWS_REGION)"),
+        Option(
+            "--endpoint-url",
+            "another SQS endpoint (moto, LocalStack, a VPC endpoint)",
+            metavar="URL",
+        ),
+        Option(
+            "--queue-url",
+            "use URL for the handler of queue NAME; repeatable (env: comma-separated)",
+            metavar="NAME=URL",
+            action="append",
+        ),
+    ),
+    "leases": (
+        Option("--visibility-s", "visibility asked for at receive", int, "S"),
+        Option("--extension-s", "visibility set by each renewal", int, "S"),
+        Option("--renew-margin-s", "renew this long before the deadline", float, "S"),
+        Option(
+            "--max-lease-s",
+            "cancel a handler this long after its receive (at most 43200)",
+            float,
+            "S",
+        ),
+        Option(
+            "--adaptive",
+            "pick the extension from the p99 of handler durations",
+            action="store_true",
+        ),
+    ),
+    "flow and shutdown": (
+        Option("--max-in-flight", "messages held at once per queue", int, "N"),
+        Option(
+            "--receive-concurrency",
+            "long polls under way at once per queue (for thousands of msgs/s)",
+            int,
+            "N",
+        ),
+        Option(
+            "--processes",
+            "run N worker processes under this one (default 1: this process is the worker)",
+            int,
+            "N",
+            default="1",
+        ),
+        Option(
+            "--grace-s",
+            "drain time after SIGTERM before unfinished messages are released",
+            float,
+            "S",
+        ),
+    ),
+    "operations": (
+        Option(
+            "--metrics-port", "serve Prometheus metrics on this port (default: off)", int, "PORT"
+        ),
+        Option(
+            "--metrics-addr",
+            "address for the metrics server (default: 0.0.0.0)",
+            metavar="ADDR",
+            default="0.0.0.0",
+        ),
+        *LOG_OPTIONS,
+    ),
+}
+
+
+def add_parser(commands: Any) -> None:
+    run_parser = commands.add_parser(
+        "run", help="run a worker application until SIGTERM/SIGINT", description=_DESCRIPTION
+    )
+    run_parser.add_argument("app", metavar="APP", help="the worker, e.g. examples.hello:app")
+    for title, options in OPTIONS.items():
+        add_options(run_parser.add_argument_group(title), options)
+
+
+def load_app(spec: str) -> Worker:
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise ConfigError(f"APP={spec!r}: expected module:attribute, e.g. examples.hello:app")
+    sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        raise ConfigError(f"APP={spec!r}: cannot import {error.name!r}") from None
+    app = getattr(module, attribute, None)
+    if not isinstance(app, Worker):
+        raise ConfigError(
+            f"APP={spec!r}: {attribute!r} in {module_name} is not a lease-worker Worker"
+        )
+    return app
+
+
+def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    """Run the worker (or `--processes` of them); raises ConfigError / FatalBackendError."""
+    if args.processes != 1:
+        return _run_processes(list(argv), args)
+    app = load_app(args.app)
+    app.config = _configure(app, args)
+    metrics = Metrics()
+    if args.metrics_port is not None:
+        _serve_metrics(metrics, int(args.metrics_port), args.metrics_addr)
+    anyio.run(_serve, app, args, metrics)
+    return 0
+
+
+def _configure(app: Worker, args: argparse.Namespace) -> WorkerConfig:
+    lease_changes = {
+        name: getattr(args, name)
+        for name in ("visibility_s", "extension_s", "renew_margin_s", "max_lease_s")
+        if getattr(args, name) is not None
+    }
+    if args.adaptive:
+        lease_changes["adaptive"] = True
+    config = app.config
+    lease: LeaseConfig = dataclasses.replace(config.lease, **_typed(lease_changes))
+    shutdown: ShutdownConfig = config.shutdown
+    if args.grace_s is not None:
+        shutdown = dataclasses.replace(shutdown, grace_s=float(args.grace_s))
+    changes: dict[str, Any] = {"lease": lease, "shutdown": shutdown}
+    if args.max_in_flight is not None:
+        changes["max_in_flight"] = int(args.max_in_flight)
+    if args.receive_concurrency is not None:
+        changes["receive_concurrency"] = int(args.receive_concurrency)
+    return dataclasses.replace(config, **changes)
+
+
+def _typed(changes: dict[str, Any]) -> dict[str, Any]:
+    # Values from the environment arrive as strings; argparse converts only its own.
+    ints = {"visibility_s", "extension_s"}
+    try:
+        return {
+            k: (int(v) if k in ints else float(v) if k != "adaptive" else v)
+            for k, v in changes.items()
+        }
+    except ValueError as error:
+        raise ConfigError(f"lease setting: {error}") from None
+
+
+def _queue_urls(items: Sequence[str]) -> dict[str, str]:
+    urls: dict[str, str] = {}
+    for item in items:
+        name, sep, url = item.partition("=")
+        if not sep or not name or not url:
+            raise ConfigError(f"--queue-url {item!r}: expected NAME=URL")
+        urls[name] = url
+    return urls
+
+
+async def _open_backend(args: argparse.Namespace) -> Backend:
+    options = ConnectOptions(
+        region=args.region, endpoint_url=args.endpoint_url, queue_urls=_queue_urls(args.queue_url)
+    )
+    return await connect(args.backend, options)
+
+
+async def _serve(app: Worker, args: argparse.Namespace, metrics: Metrics) -> None:
+    backend = await _open_backend(args)
+    if BACKENDS[args.backend].embedded:
+        app.startup_hooks.append(lambda context: create_missing_queues(app, context.backend))
+    supervisor = Supervisor(app, backend, metrics=metrics)
+    fatal: FatalBackendError | None = None
+    try:
+        await supervisor.prepare()
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(_watch_signals, supervisor)
+            try:
+                await supervisor.run()
+            except FatalBackendError as error:  # raised after a clean shutdown
+                fatal = error
+            tasks.cancel_scope.cancel()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await backend.aclose()
+    if fatal is not None:
+        raise fatal
+
+
+async def _watch_signals(supervisor: Supervisor) -> None:
+    log = structlog.get_logger("lease_worker.cli")
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for signum in signals:
+            log.info("signal.received", signal=signal.Signals(signum).name)
+            supervisor.request_shutdown()
+
+
+def _serve_metrics(metrics: Metrics, port: int, addr: str) -> None:
+    if not 0 <= port <= 65_535:
+        raise ConfigError(f"--metrics-port={port}: must be a port number from 0 to 65535")
+    try:
+        start_http_server(port, addr, registry=metrics.registry)
+    except OSError as error:
+        reason = f"cannot serve metrics on {addr}: {error}"
+        raise ConfigError(f"--metrics-port={port}: {reason}") from None
+
+
+def _run_processes(argv: list[str], args: argparse.Namespace) -> int:
+    if not 1 <= args.processes <= 256:
+        raise ConfigError(f"--processes={args.processes}: must be from 1 to 256")
+    load_app(args.app)  # a bad APP is one clear error here, not N crashing children
+    port = int(args.metrics_port) if args.metrics_port is not None else None
+    if port is not None and not 0 < port <= 65_535 - args.processes:
+        raise ConfigError(
+            f"--metrics-port={port}: ports {port}..{port + args.processes - 1} must be valid"
+        )
+    return run_processes(argv, args.processes, port)

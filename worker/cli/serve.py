@@ -1,0 +1,101 @@
+"""`lease-worker serve-sqs`: the in-memory engine over SQS's JSON protocol until signalled.
+
+SIGTERM or SIGINT ends it with status 0; invalid settings exit 2 with one line; a port that
+cannot be bound exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import signal
+import sys
+from typing import Any
+
+import anyio
+import structlog
+
+from backends.memory import MemoryEngine
+from backends.serve.sqs import serve_sqs
+from worker.cli.logging import configure_logging
+from worker.cli.options import LOG_OPTIONS, Option, add_options
+from worker.clock import LoopClock
+from worker.errors import ConfigError, FatalBackendError
+from worker.types import QueueSpec
+
+__all__ = ["OPTIONS", "add_parser", "main"]
+
+_DESCRIPTION = (
+    "Serve the in-memory SQS engine over SQS's JSON protocol, for any SQS client (boto3, "
+    "aiobotocore, the AWS SDKs) at --endpoint-url http://HOST:PORT. Requests are not "
+    "authenticated: keep it on loopback unless the network is yours."
+)
+
+
+OPTIONS: tuple[Option, ...] = (*LOG_OPTIONS,)
+
+
+def add_parser(commands: Any) -> None:
+    serve = commands.add_parser(
+        "serve-sqs",
+        help="serve the in-memory engine over SQS's JSON protocol until SIGTERM/SIGINT",
+        description=_DESCRIPTION,
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=9324, help="port to bind (default: 9324)")
+    serve.add_argument(
+        "--max-in-flight",
+        type=int,
+        default=120_000,
+        metavar="N",
+        help="in-flight messages allowed per queue (default: 120000, as SQS)",
+    )
+    serve.add_argument(
+        "--queue",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="create this queue at start (a .fifo name makes a FIFO queue); repeatable",
+    )
+    add_options(serve, OPTIONS)
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        configure_logging(fmt=args.log_format, level=args.log_level)
+        if args.max_in_flight < 1:
+            raise ConfigError(f"--max-in-flight={args.max_in_flight}: must be >= 1")
+        if not 0 <= args.port <= 65_535:
+            raise ConfigError(f"--port={args.port}: must be a port number from 0 to 65535")
+        anyio.run(_serve, args)
+    except (ConfigError, ValueError) as error:
+        print(f"lease-worker: error: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:
+        print(
+            f"lease-worker: error: cannot serve on {args.host}:{args.port}: {error}",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    engine = MemoryEngine(LoopClock(), max_in_flight=args.max_in_flight)
+    for name in args.queue:
+        try:
+            engine.create_queue(QueueSpec(name))
+        except FatalBackendError as error:
+            raise ConfigError(f"--queue {name!r}: {error}") from None
+    log = structlog.get_logger("lease_worker.cli")
+    serve = functools.partial(serve_sqs, engine, host=args.host, port=args.port)
+    async with anyio.create_task_group() as tasks:
+        # Listening before the server starts: a signal right after start-up is not lost.
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            url = await tasks.start(serve)
+            log.info("sqs_endpoint.started", url=url, queues=len(args.queue))
+            async for signum in signals:
+                log.info("signal.received", signal=signal.Signals(signum).name)
+                break
+        tasks.cancel_scope.cancel()
+    log.info("sqs_endpoint.stopped")

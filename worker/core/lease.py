@@ -1,0 +1,153 @@
+"""A lease: the runtime's claim on one received message, from receive to settlement.
+
+A lease is created the moment a message is received (not when its handler starts), so time
+spent waiting for a handler slot counts against it and is covered by renewals. Its deadline
+is tracked on the worker's monotonic clock, counted from just *before* the receive call was
+sent, so it is never later than the service's own deadline.
+
+States::
+
+    HELD ──settle──> SETTLING ──call done──> DONE
+      │                  │
+      └──────lost────────┴──> LOST      (renewal refused, or the deadline passed)
+
+Only the lease keeper moves a lease to LOST; only the settler moves it to DONE.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable
+from enum import Enum
+from typing import Protocol
+
+from worker.core.settlement import Outcome
+from worker.errors import LeaseLostError
+
+__all__ = ["Lease", "LeaseState"]
+
+
+class _Cancellable(Protocol):
+    def cancel(self) -> None: ...
+
+
+class LeaseState(Enum):
+    """Where a lease is in its life: held, being settled, done, or lost."""
+
+    HELD = "held"
+    SETTLING = "settling"
+    DONE = "done"
+    LOST = "lost"
+
+
+class Lease:
+    """One message's lease. Handlers see it as `message.lease`."""
+
+    __slots__ = (
+        "_now",
+        "_on_finish",
+        "_requester",
+        "cancel_reason",
+        "deadline",
+        "extending",
+        "lost_reason",
+        "max_until",
+        "message_id",
+        "queue",
+        "receipt_handle",
+        "received_at",
+        "renewals",
+        "requested_visibility_s",
+        "scope",
+        "settle_call",
+        "state",
+        "tracked",
+    )
+
+    def __init__(
+        self,
+        *,
+        queue: str,
+        message_id: str,
+        receipt_handle: str,
+        received_at: float,
+        visibility_s: float,
+        max_lease_s: float,
+        now: Callable[[], float],
+        on_finish: Callable[[Lease], None] | None = None,
+    ) -> None:
+        self.queue = queue
+        self.message_id = message_id
+        self.receipt_handle = receipt_handle
+        self.received_at = received_at
+        self.deadline = received_at + visibility_s
+        self.max_until = received_at + max_lease_s
+        self.state = LeaseState.HELD
+        self.lost_reason: str | None = None
+        self.renewals = 0
+        #: True while the lease keeper renews this lease.
+        self.tracked = False
+        #: True while a delete or release of this message is on the wire.
+        self.settle_call = False
+        #: The running handler's cancel scope (anything with `cancel()`), or None.
+        self.scope: _Cancellable | None = None
+        self.cancel_reason: Outcome | None = None
+        self.requested_visibility_s: int | None = None
+        #: True while a renewal of this lease is on the wire (never more than one).
+        self.extending = False
+        self._now = now
+        self._requester: Callable[[Lease, int], Awaitable[None]] | None = None
+        self._on_finish = on_finish
+
+    def __repr__(self) -> str:
+        where = f"{self.queue}/{self.message_id}"
+        return f"<Lease {where} {self.state.value} deadline={self.deadline:.3f}>"
+
+    # -- what handlers use ------------------------------------------------------------------
+
+    @property
+    def lost(self) -> bool:
+        return self.state is LeaseState.LOST
+
+    def time_left_s(self, now: float | None = None) -> float:
+        """Seconds until the current deadline (negative once it has passed)."""
+        return self.deadline - (self._now() if now is None else now)
+
+    async def extend(self, visibility_s: int) -> None:
+        """Extend now, to `visibility_s` from now, ahead of the keeper's own schedule.
+
+        Raises `LeaseLostError` if the lease is (or becomes) lost.
+        """
+        if self._requester is None or self.state is not LeaseState.HELD:
+            raise LeaseLostError(f"lease of {self.message_id} is {self.state.value}")
+        await self._requester(self, visibility_s)
+        if self.lost:
+            raise LeaseLostError(f"lease of {self.message_id} was lost: {self.lost_reason}")
+
+    # -- what the runtime uses --------------------------------------------------------------
+
+    @property
+    def active(self) -> bool:
+        return self.state in (LeaseState.HELD, LeaseState.SETTLING)
+
+    def cap_left_s(self, now: float) -> float:
+        return self.max_until - now
+
+    def next_visibility(self, now: float, extension_s: int) -> int:
+        """Visibility for a renewal at `now`, never past the lease's hard cap."""
+        return max(0, min(extension_s, math.floor(self.max_until - now)))
+
+    def cancel(self, reason: Outcome) -> None:
+        """Cancel the handler (if it runs) and remember why."""
+        if self.cancel_reason is None:
+            self.cancel_reason = reason
+        if self.scope is not None:
+            self.scope.cancel()
+
+    def finish(self, state: LeaseState) -> None:
+        """Move to DONE or LOST, once; the owner's `on_finish` hears of it (frees the slot)."""
+        if self.state in (LeaseState.DONE, LeaseState.LOST):
+            return
+        self.state = state
+        if self._on_finish is not None:
+            self._on_finish(self)

@@ -1,0 +1,118 @@
+"""The dispatcher: from a received message to a running handler task.
+
+Rules:
+- One handler task per message, except on FIFO queues: the messages of one message group
+  run one at a time, in the order received, in one task per group; groups run side by
+  side. When a message of a group does not succeed (error, retry, timeout, lost lease,
+  shutdown), the later messages of that group already received are released at once, not
+  run, so that SQS delivers the group again in its order.
+- A message is never handled twice at once in this process. When a receive returns a
+  message this process already holds (a second copy in one receive, or a redelivery after
+  its visibility lapsed), the held lease adopts the newer receipt handle and deadline, and
+  the copy is dropped: the running handler goes on and settles with the newest handle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from worker.core.lease import Lease
+from worker.core.settlement import Outcome
+from worker.registry import HandlerSpec
+from worker.runtime.handlers import Executor
+from worker.runtime.lease_keeper import LeaseKeeper
+from worker.types import ReceivedMessage
+
+__all__ = ["Dispatcher"]
+
+_Entry = tuple[HandlerSpec, ReceivedMessage, Lease]
+_IN_ORDER = frozenset({Outcome.SUCCEEDED, Outcome.DISCARDED})
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        *,
+        executor: Executor,
+        keeper: LeaseKeeper,
+        spec_for: Callable[[str], HandlerSpec],
+        is_fifo: Callable[[str], bool],
+        logger: Any = None,
+    ) -> None:
+        self._executor = executor
+        self._keeper = keeper
+        self._spec_for = spec_for
+        self._is_fifo = is_fifo
+        self._log = logger or structlog.get_logger("lease_worker.dispatch")
+        self._held: dict[tuple[str, str], Lease] = {}
+        self._groups: dict[tuple[str, str], deque[_Entry]] = {}
+        self.tasks: asyncio.TaskGroup | None = None
+
+    def adopt(self, received: ReceivedMessage, sent_at: float, visibility_s: float) -> bool:
+        """True if `received` is a copy of a message held here; its lease takes the handle."""
+        lease = self._held.get((received.queue, received.message_id))
+        if lease is None or not lease.active:
+            return False
+        lease.receipt_handle = received.receipt_handle
+        # The service counts the new handle's visibility from this receive, whatever an
+        # earlier renewal of the old handle said.
+        lease.deadline = sent_at + visibility_s
+        self._keeper.reschedule(lease)
+        self._log.info(
+            "message.received_while_held",
+            queue=received.queue,
+            message_id=received.message_id,
+            receive_count=received.receive_count,
+        )
+        return True
+
+    def dispatch(self, received: ReceivedMessage, lease: Lease) -> None:
+        assert self.tasks is not None, "dispatch before the handler task group started"
+        key = (received.queue, received.message_id)
+        self._held[key] = lease
+        spec = self._spec_for(received.queue)
+        group = received.group_id
+        if group is None or not self._is_fifo(received.queue):
+            self.tasks.create_task(self._executor.run(spec, received, lease))
+            return
+        group_key = (received.queue, group)
+        waiting = self._groups.get(group_key)
+        if waiting is not None:
+            waiting.append((spec, received, lease))
+            return
+        self._groups[group_key] = deque([(spec, received, lease)])
+        self.tasks.create_task(self._run_group(group_key))
+
+    def forget(self, lease: Lease) -> None:
+        """The lease ended: a later receive of the same message is a new delivery."""
+        key = (lease.queue, lease.message_id)
+        if self._held.get(key) is lease:
+            del self._held[key]
+
+    async def _run_group(self, group_key: tuple[str, str]) -> None:
+        waiting = self._groups[group_key]
+        try:
+            while waiting:
+                spec, received, lease = waiting.popleft()
+                outcome = await self._executor.run(spec, received, lease)
+                if outcome not in _IN_ORDER and waiting:
+                    self._log.info(
+                        "fifo.group_released",
+                        queue=group_key[0],
+                        group_id=group_key[1],
+                        after=outcome.value,
+                        messages=len(waiting),
+                    )
+                    self._skip_all(waiting)
+        finally:
+            self._skip_all(waiting)
+            del self._groups[group_key]
+
+    def _skip_all(self, waiting: deque[_Entry]) -> None:
+        while waiting:
+            self._executor.skip(*waiting.popleft())

@@ -1,0 +1,196 @@
+"""Running one handler on one message, and turning what it did into a settlement.
+
+Each message gets its own task and its own cancel scope. The scope is cancelled by the
+lease keeper (lease lost: LEASE_LOST; hard cap: TIMED_OUT) or by the supervisor at the end
+of a shutdown drain (SHUTDOWN). Whatever happens, the message is handed to the settler
+exactly once, even when the task itself is cancelled from outside.
+
+Synchronous handlers run in a daemon thread, so they never hold up the event loop and the
+lease keeper with it. Python cannot stop a thread: a cancelled synchronous handler is
+abandoned (its result is ignored) and runs on to its end, or until the process exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from worker.backend import Limits
+from worker.clock import Clock
+from worker.core.lease import Lease
+from worker.core.settlement import Outcome, Settlement, settle
+from worker.errors import DecodeError, Discard, Retry
+from worker.message import Message
+from worker.middleware import CallNext, build_chain
+from worker.registry import HandlerSpec
+from worker.runtime.lease_keeper import LeaseKeeper
+from worker.runtime.metrics import Metrics
+from worker.runtime.scope import HandlerScope
+from worker.runtime.settler import Settler
+from worker.runtime.threads import DaemonThreads
+from worker.types import ReceivedMessage
+
+__all__ = ["Executor", "Observer"]
+
+#: Called after each handler run with (message, outcome, settlement): for tests and hooks.
+Observer = Callable[[ReceivedMessage, Outcome, Settlement], None]
+
+
+class Executor:
+    def __init__(
+        self,
+        *,
+        keeper: LeaseKeeper,
+        settler: Settler,
+        clock: Clock,
+        metrics: Metrics,
+        limits: Limits,
+        sync_threads: int,
+        observers: list[Observer],
+        logger: Any = None,
+    ) -> None:
+        self._keeper = keeper
+        self._settler = settler
+        self._clock = clock
+        self._metrics = metrics
+        self._limits = limits
+        self._threads = DaemonThreads(sync_threads)
+        self._observers = observers
+        self._log = logger or structlog.get_logger("lease_worker.handler")
+        self._chains: dict[str, CallNext] = {}
+
+    def chain_for(self, spec: HandlerSpec) -> CallNext:
+        chain = self._chains.get(spec.queue)
+        if chain is None:
+            chain = self._chains[spec.queue] = build_chain(spec.middleware, self._endpoint(spec))
+        return chain
+
+    def _endpoint(self, spec: HandlerSpec) -> CallNext:
+        if spec.is_async:
+            return spec.func  # type: ignore[return-value]
+        func: Callable[[Message], object] = spec.func
+
+        async def in_thread(message: Message) -> None:
+            await self._threads.run((message.queue, message.message_id), func, message)
+
+        return in_thread
+
+    def skip(self, spec: HandlerSpec, received: ReceivedMessage, lease: Lease) -> None:
+        """Release a message without running its handler (to keep a FIFO group in order)."""
+        self._finish(spec, received, lease, Outcome.SKIPPED, 0.0, self._clock.now())
+
+    async def run(self, spec: HandlerSpec, received: ReceivedMessage, lease: Lease) -> Outcome:
+        """The whole life of one message's handler task; returns its outcome."""
+        # Each task runs in its own copy of the context: no need to unbind afterwards.
+        structlog.contextvars.bind_contextvars(queue=received.queue, message_id=received.message_id)
+        started = self._clock.now()
+        outcome, retry_after = Outcome.SHUTDOWN, 0.0
+        try:
+            outcome, retry_after = await self._invoke(spec, received, lease)
+        finally:
+            self._finish(spec, received, lease, outcome, retry_after, started)
+        return outcome
+
+    async def _invoke(
+        self, spec: HandlerSpec, received: ReceivedMessage, lease: Lease
+    ) -> tuple[Outcome, float]:
+        if lease.cancel_reason is not None:  # lost, capped or shut down before it started
+            return (Outcome.LEASE_LOST if lease.lost else lease.cancel_reason), 0.0
+        scope = HandlerScope()
+        lease.scope = scope
+        try:
+            # An earlier copy of this message may still run in an abandoned thread.
+            await self._threads.wait_idle((received.queue, received.message_id))
+            outcome, retry_after = await self._call(spec, received, lease)
+        except asyncio.CancelledError:
+            if not scope.caught():
+                raise  # someone else's cancellation too: the task group is going down
+            outcome, retry_after = lease.cancel_reason or Outcome.SHUTDOWN, 0.0
+        finally:
+            lease.scope = None
+        scope.settle()
+        if lease.lost:
+            return Outcome.LEASE_LOST, 0.0
+        return outcome, retry_after
+
+    async def _call(
+        self, spec: HandlerSpec, received: ReceivedMessage, lease: Lease
+    ) -> tuple[Outcome, float]:
+        try:
+            message = Message(received, _decode(spec, received), lease)
+            await self.chain_for(spec)(message)
+        except Discard as signal:
+            self._log.info("handler.discarded", reason=signal.reason)
+            return Outcome.DISCARDED, 0.0
+        except Retry as signal:
+            self._log.info("handler.retry", after_s=signal.after_s, reason=signal.reason)
+            return Outcome.RETRY, signal.after_s
+        except DecodeError as error:
+            self._log.error(
+                "handler.undecodable_body",
+                reason=error.reason,
+                receive_count=received.receive_count,
+            )
+            return Outcome.FAILED, 0.0
+        except Exception:
+            self._log.exception(
+                "handler.failed", handler=spec.name, receive_count=received.receive_count
+            )
+            return Outcome.FAILED, 0.0
+        return Outcome.SUCCEEDED, 0.0
+
+    def _finish(
+        self,
+        spec: HandlerSpec,
+        received: ReceivedMessage,
+        lease: Lease,
+        outcome: Outcome,
+        retry_after: float,
+        started: float,
+    ) -> None:
+        now = self._clock.now()
+        duration = now - started
+        self._metrics.handled.labels(received.queue, outcome.value).inc()
+        if outcome is not Outcome.SKIPPED:
+            self._metrics.handler_seconds.labels(received.queue).observe(duration)
+        if outcome is Outcome.SUCCEEDED:
+            self._keeper.record_duration(duration)
+        settlement = settle(
+            outcome,
+            policy=spec.policy,
+            receive_count=received.receive_count,
+            retry_after_s=retry_after,
+            min_release_s=self._limits.min_release_visibility_s,
+            max_visibility_s=self._limits.max_visibility_s,
+            cap_left_s=lease.cap_left_s(now),
+        )
+        self._log.debug(
+            "handler.done",
+            outcome=outcome.value,
+            action=settlement.action.value,
+            duration_s=round(duration, 3),
+        )
+        self._settler.submit(lease, settlement)
+        for observer in self._observers:
+            try:
+                observer(received, outcome, settlement)
+            except Exception:  # an observer's bug must not strand the message or the worker
+                self._log.exception("observer.failed", observer=repr(observer))
+
+
+def _decode(spec: HandlerSpec, received: ReceivedMessage) -> Any:
+    try:
+        return spec.decoder(received.body)
+    except Exception as error:
+        raise DecodeError(received.message_id, _reason(error)) from None
+
+
+def _reason(error: Exception) -> str:
+    # Only the error's kind and position: its text could quote the body.
+    if isinstance(error, json.JSONDecodeError):
+        return f"invalid JSON: {error.msg} (line {error.lineno}, column {error.colno})"
+    return type(error).__name__

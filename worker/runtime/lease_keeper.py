@@ -1,0 +1,322 @@
+"""The lease keeper: the only task that extends leases, however many there are.
+
+It sleeps until the earliest lease is due (its deadline less the renewal margin), takes that
+lease with every lease of the same queue due within the coalescing window, up to the
+backend's batch size, and extends them in one call. Calls run side by side in a task group,
+so one slow call never delays another queue's renewals.
+
+What can happen to a lease at renewal time:
+- renewed: new deadline = (time the call was sent) + visibility; a new receipt handle, if
+  the backend hands one out, replaces the old one before any later call.
+- transient failure (whole call, or an entry the service says was its own fault): retried
+  after `retry_interval_s`, as long as that is before the deadline.
+- refused (ReceiptHandleIsInvalid, MessageNotInflight, ...) or the deadline passed: LOST.
+  The handler is cancelled, the message is neither deleted nor released.
+- at the hard cap (`max_lease_s` from receive): the handler is cancelled as TIMED_OUT while
+  the lease still has `renew_margin_s` left, so its release happens before SQS's 12 h cap.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+import structlog
+from anyio.abc import TaskStatus
+
+from worker.backend import Backend
+from worker.clock import Clock
+from worker.config import LeaseConfig
+from worker.core.histogram import DurationHistogram
+from worker.core.lease import Lease, LeaseState
+from worker.core.schedule import LeaseSchedule
+from worker.core.settlement import Outcome
+from worker.runtime.calls import as_backend_error, call_by
+from worker.runtime.metrics import Metrics
+from worker.types import BatchResult, EntryFailure, VisibilityChange
+
+__all__ = ["LeaseKeeper"]
+
+#: Entry codes that mean the handle is no longer ours: the lease is lost.
+_LOST_CODES = frozenset({"ReceiptHandleIsInvalid", "MessageNotInflight", "InvalidReceiptHandle"})
+#: The service refused the visibility itself: in practice the 12 h cap, measured by the service.
+_CAP_CODES = frozenset({"InvalidParameterValue"})
+
+
+class LeaseKeeper:
+    def __init__(
+        self,
+        backend: Backend,
+        config: LeaseConfig,
+        *,
+        clock: Clock,
+        metrics: Metrics,
+        logger: Any = None,
+    ) -> None:
+        self._backend = backend
+        self._config = config
+        self._clock = clock
+        self._metrics = metrics
+        self._log = logger or structlog.get_logger("lease_worker.lease")
+        self._schedule: LeaseSchedule[Lease] = LeaseSchedule()
+        self._wake = anyio.Event()
+        self._sleeping_until = -math.inf
+        self._durations = DurationHistogram(
+            min_s=config.adaptive_min_s, max_s=config.adaptive_max_s
+        )
+        self._renewed: dict[Lease, anyio.Event] = {}
+        #: Set when the renewal of a lease that someone waits on comes back.
+        self._extension_done: dict[Lease, anyio.Event] = {}
+
+    # -- bookkeeping ------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._schedule)
+
+    def track(self, lease: Lease) -> None:
+        """Start keeping `lease` alive; call right after the receive."""
+        lease._requester = self._request_extension
+        lease.tracked = True
+        self._schedule_renewal(lease)
+
+    def reschedule(self, lease: Lease) -> None:
+        """The lease's deadline moved (a newer receive of the same message): follow it."""
+        if lease in self._schedule:
+            self._schedule_renewal(lease)
+
+    def untrack(self, lease: Lease) -> None:
+        """Stop renewing `lease`, also after a renewal that is on the wire right now."""
+        lease.tracked = False
+        self._schedule.discard(lease)
+
+    def record_duration(self, duration_s: float) -> None:
+        self._durations.add(duration_s)
+
+    def extension_s(self) -> int:
+        """The visibility each renewal asks for now."""
+        if self._config.adaptive and len(self._durations):
+            return self._durations.percentile(99)
+        return self._config.extension_s
+
+    def _schedule_renewal(self, lease: Lease, at: float | None = None) -> None:
+        if not lease.tracked:
+            return
+        due = lease.deadline - self._config.renew_margin_s if at is None else at
+        self._schedule.set(lease, lease.queue, due)
+        if due < self._sleeping_until:  # most new leases fall due after the next wake-up
+            self._wake.set()
+
+    async def _request_extension(self, lease: Lease, visibility_s: int) -> None:
+        limit = self._backend.limits.max_visibility_s
+        if not 0 <= visibility_s <= limit:
+            raise ValueError(f"visibility_s={visibility_s!r}: must be within 0..{limit}")
+        lease.requested_visibility_s = visibility_s
+        done = self._renewed.setdefault(lease, anyio.Event())
+        if not lease.extending:  # else the call on the wire reschedules it when it returns
+            self._schedule_renewal(lease, at=self._clock.now())
+        await done.wait()
+
+    async def wait_extension_idle(self, lease: Lease) -> None:
+        """Wait for a renewal of `lease` on the wire, so that a later call uses the newest
+        handle."""
+        while lease.extending:
+            done = self._extension_done.setdefault(lease, anyio.Event())
+            await done.wait()
+
+    def _end_extension(self, lease: Lease) -> None:
+        lease.extending = False
+        done = self._extension_done.pop(lease, None)
+        if done is not None:
+            done.set()
+
+    # -- the task ---------------------------------------------------------------------------
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        async with anyio.create_task_group() as calls:
+            task_status.started()
+            while True:
+                batch = self._schedule.pop_batch(
+                    self._clock.now(),
+                    window=self._config.coalesce_window_s,
+                    limit=self._backend.limits.extend_batch,
+                )
+                if batch is not None:
+                    leases = self._prepare(batch[1])
+                    if leases:
+                        calls.start_soon(self._renew, batch[0], leases)
+                    continue
+                await self._sleep(self._schedule.next_due())
+
+    async def _sleep(self, until: float | None) -> None:
+        self._wake = anyio.Event()
+        self._sleeping_until = math.inf if until is None else until
+        with anyio.CancelScope(deadline=self._sleeping_until):
+            await self._wake.wait()
+        self._sleeping_until = -math.inf
+
+    def _prepare(self, leases: list[Lease]) -> list[tuple[Lease, int]]:
+        """Decide, lease by lease, whether to renew now; returns (lease, visibility) pairs."""
+        now = self._clock.now()
+        ready: list[tuple[Lease, int]] = []
+        for lease in leases:
+            if not lease.active:
+                self._notify(lease)
+            elif now >= lease.deadline:
+                self._lose(lease, "lapsed")
+            elif lease.settle_call:
+                # A renewal beside a delete could come back "invalid" and be taken for a
+                # lost lease (and on SMQ it would change the handle under the delete).
+                retry_at = now + self._config.retry_interval_s
+                self._schedule_renewal(lease, at=min(retry_at, lease.deadline))
+            elif math.floor(lease.cap_left_s(now)) <= self._config.renew_margin_s:
+                # A renewal could not carry the lease past its next due time.
+                self._cap(lease)
+            else:
+                asked = lease.requested_visibility_s
+                wanted = self.extension_s() if asked is None else asked
+                lease.requested_visibility_s = None
+                ready.append((lease, lease.next_visibility(now, wanted)))
+        return ready
+
+    async def _renew(self, queue: str, leases: Sequence[tuple[Lease, int]]) -> None:
+        entries = [
+            VisibilityChange(str(i), lease.receipt_handle, visibility)
+            for i, (lease, visibility) in enumerate(leases)
+        ]
+        for lease, _ in leases:
+            lease.extending = True
+        sent_at = self._clock.now()
+        self._metrics.renewal_calls.labels(queue).inc()
+        try:
+            result = await self._extend_before_deadline(queue, entries, leases)
+        except Exception as raised:
+            error = as_backend_error(raised, self._log, "ChangeMessageVisibilityBatch", queue)
+            self._log.warning(
+                "lease.renew_call_failed",
+                queue=queue,
+                leases=len(leases),
+                code=error.code or type(error).__name__,
+                error=str(error),
+            )
+            self._metrics.renewal_failures.labels(queue, error.code or "call").inc(len(leases))
+            result = BatchResult(
+                failed=tuple(
+                    EntryFailure(e.entry_id, error.code or "call", str(error), sender_fault=False)
+                    for e in entries
+                )
+            )
+        finally:
+            for lease, _ in leases:
+                self._end_extension(lease)
+        self._log.debug(
+            "lease.renewed",
+            queue=queue,
+            leases=len(result.succeeded),
+            failed=len(result.failed),
+            visibility_s=max(v for _, v in leases),
+        )
+        self._apply(result, leases, [entry.receipt_handle for entry in entries], sent_at)
+
+    async def _extend_before_deadline(
+        self, queue: str, entries: list[VisibilityChange], leases: Sequence[tuple[Lease, int]]
+    ) -> BatchResult:
+        """The call, abandoned after `renew_timeout_s` so that a lost request is retried on
+        a new connection within the margin, and at the latest at the batch's earliest
+        deadline: an answer that comes later cannot be trusted (SQS may have let the message
+        go to another consumer meanwhile)."""
+        earliest = min(lease.deadline for lease, _ in leases)
+        give_up = min(earliest, self._clock.now() + self._config.effective_renew_timeout_s)
+        return await call_by(
+            give_up,
+            lambda: self._backend.extend(queue, entries),
+            operation="ChangeMessageVisibilityBatch",
+            queue=queue,
+            code="DeadlineReached" if give_up >= earliest else "Timeout",
+        )
+
+    def _apply(
+        self,
+        result: BatchResult,
+        leases: Sequence[tuple[Lease, int]],
+        handles: Sequence[str],
+        sent_at: float,
+    ) -> None:
+        succeeded = set(result.succeeded)
+        failures = {failure.entry_id: failure for failure in result.failed}
+        for i, (lease, visibility) in enumerate(leases):
+            entry_id = str(i)
+            if lease.receipt_handle != handles[i]:
+                # A newer receive gave the lease a new handle while this call was out: its
+                # answer, success or failure, speaks of a handle that is no longer ours.
+                self._schedule_renewal(lease)
+            elif entry_id in succeeded:
+                self._renewed_ok(lease, visibility, sent_at, result.new_handles.get(entry_id))
+            else:
+                failure = failures.get(entry_id) or EntryFailure(entry_id, "Missing", "no answer")
+                self._renewal_failed(lease, failure)
+            if lease.requested_visibility_s is None or not lease.active:
+                self._notify(lease)  # a request made while this call was out waits its turn
+
+    def _renewed_ok(
+        self, lease: Lease, visibility: int, sent_at: float, handle: str | None
+    ) -> None:
+        if handle is not None:
+            lease.receipt_handle = handle
+        if not lease.active:
+            return
+        self._metrics.renewals.labels(lease.queue).inc()
+        self._metrics.time_to_deadline.labels(lease.queue).observe(
+            max(0.0, lease.deadline - sent_at)
+        )
+        lease.deadline = sent_at + visibility
+        lease.renewals += 1
+        asked = lease.requested_visibility_s is not None
+        self._schedule_renewal(lease, at=self._clock.now() if asked else None)
+
+    def _renewal_failed(self, lease: Lease, failure: EntryFailure) -> None:
+        if not lease.active:
+            return
+        if failure.code in _LOST_CODES:
+            self._metrics.renewal_failures.labels(lease.queue, failure.code).inc()
+            self._lose(lease, failure.code)
+        elif failure.code in _CAP_CODES:
+            self._metrics.renewal_failures.labels(lease.queue, failure.code).inc()
+            self._cap(lease)
+        else:
+            retry_at = self._clock.now() + self._config.retry_interval_s
+            self._schedule_renewal(lease, at=min(retry_at, lease.deadline))
+
+    def _lose(self, lease: Lease, reason: str) -> None:
+        self._schedule.discard(lease)
+        lease.lost_reason = reason
+        lease.finish(LeaseState.LOST)
+        lease.cancel(Outcome.LEASE_LOST)
+        self._metrics.leases_lost.labels(lease.queue, reason).inc()
+        self._log.warning(
+            "lease.lost",
+            queue=lease.queue,
+            message_id=lease.message_id,
+            reason=reason,
+            renewals=lease.renewals,
+        )
+        self._notify(lease)
+
+    def _cap(self, lease: Lease) -> None:
+        """The lease cannot be extended further: cancel the handler while time is left."""
+        if lease.state is LeaseState.HELD and lease.cancel_reason is None:
+            self._metrics.leases_capped.labels(lease.queue).inc()
+            self._log.warning(
+                "lease.max_lease_reached",
+                queue=lease.queue,
+                message_id=lease.message_id,
+                renewals=lease.renewals,
+            )
+            lease.cancel(Outcome.TIMED_OUT)
+        self._notify(lease)
+
+    def _notify(self, lease: Lease) -> None:
+        done = self._renewed.pop(lease, None)
+        if done is not None:
+            done.set()

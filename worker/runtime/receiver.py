@@ -1,0 +1,140 @@
+"""The receive loop of one queue, with flow control.
+
+Each long poll asks for min(batch size, free slots) messages, reserving those slots first,
+so that the worker never holds more than `max_in_flight` messages of the queue even with
+`receive_concurrency` polls under way at once: a slot is held from the receive until the
+message's lease ends (deleted, released, forgotten or lost). Every message gets a
+lease the moment it arrives, before its handler starts.
+
+A transient failure (throttling, 5xx, timeouts, `OverLimit`) pauses receiving with a
+doubling backoff while handlers and renewals go on. A fatal one (missing queue, access
+denied) is passed to `on_fatal`, which starts a shutdown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import structlog
+from anyio.abc import TaskStatus
+
+from worker.backend import Backend
+from worker.clock import Clock
+from worker.config import WorkerConfig
+from worker.core.lease import Lease
+from worker.errors import FatalBackendError
+from worker.runtime.calls import as_backend_error, call_by
+from worker.runtime.lease_keeper import LeaseKeeper
+from worker.runtime.metrics import Metrics
+from worker.runtime.slots import Slots
+from worker.types import ReceivedMessage
+
+__all__ = ["Receiver"]
+
+
+class Receiver:
+    def __init__(
+        self,
+        queue: str,
+        *,
+        backend: Backend,
+        keeper: LeaseKeeper,
+        clock: Clock,
+        metrics: Metrics,
+        config: WorkerConfig,
+        slots: Slots,
+        adopt: Callable[[ReceivedMessage, float, float], bool],
+        dispatch: Callable[[ReceivedMessage, Lease], None],
+        on_finish: Callable[[Lease], None],
+        on_fatal: Callable[[FatalBackendError], None],
+        logger: Any = None,
+    ) -> None:
+        self.queue = queue
+        self._backend = backend
+        self._keeper = keeper
+        self._clock = clock
+        self._metrics = metrics
+        self._config = config
+        self._slots = slots
+        self._adopt = adopt
+        self._dispatch = dispatch
+        self._on_finish = on_finish
+        self._on_fatal = on_fatal
+        self._log = logger or structlog.get_logger("lease_worker.receive")
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        pause = self._config.receive_backoff_s
+        while True:
+            reserved = await self._slots.reserve(self._backend.limits.receive_batch)
+            held = 0
+            try:
+                held = await self._receive_once(reserved)
+            except Exception as raised:
+                if isinstance(raised, FatalBackendError):
+                    self._slots.give_back(reserved - held)
+                    self._metrics.receive_errors.labels(self.queue, raised.code or "fatal").inc()
+                    self._on_fatal(raised)
+                    return
+                error = as_backend_error(raised, self._log, "ReceiveMessage", self.queue)
+                self._metrics.receive_errors.labels(self.queue, error.code or "transient").inc()
+                self._log.warning(
+                    "receive.failed",
+                    queue=self.queue,
+                    code=error.code,
+                    error=str(error),
+                    retry_in_s=pause,
+                )
+                self._slots.give_back(reserved - held)
+                await anyio.sleep(pause)
+                pause = min(pause * 2, self._config.receive_backoff_max_s)
+                continue
+            except BaseException:
+                self._slots.give_back(reserved - held)
+                raise
+            self._slots.give_back(reserved - held)
+            pause = self._config.receive_backoff_s
+
+    async def _receive_once(self, count: int) -> int:
+        """One receive of up to `count` (reserved) messages; returns how many are now held."""
+        lease_config = self._config.lease
+        sent_at = self._clock.now()  # before the call: our deadline is never later than SQS's
+        self._metrics.receive_calls.labels(self.queue).inc()
+        messages = await call_by(
+            sent_at + self._config.wait_s + self._config.call_timeout_s,
+            lambda: self._backend.receive(
+                self.queue,
+                max_messages=count,
+                wait_s=self._config.wait_s,
+                visibility_s=lease_config.visibility_s,
+            ),
+            operation="ReceiveMessage",
+            queue=self.queue,
+        )
+        held = 0
+        for received in messages:
+            self._metrics.received.labels(self.queue).inc()
+            if self._adopt(received, sent_at, lease_config.visibility_s):
+                continue
+            lease = Lease(
+                queue=self.queue,
+                message_id=received.message_id,
+                receipt_handle=received.receipt_handle,
+                received_at=sent_at,
+                visibility_s=lease_config.visibility_s,
+                max_lease_s=min(lease_config.max_lease_s, self._backend.limits.max_lease_s),
+                now=self._clock.now,
+                on_finish=self._finished,
+            )
+            held += 1
+            self._metrics.in_flight.labels(self.queue).inc()
+            self._keeper.track(lease)
+            self._dispatch(received, lease)
+        return held
+
+    def _finished(self, lease: Lease) -> None:
+        self._slots.give_back()
+        self._metrics.in_flight.labels(self.queue).dec()
+        self._on_finish(lease)

@@ -1,0 +1,258 @@
+"""The settler: deletes and releases, batched per queue up to the backend's batch size.
+
+A settlement waits at most `linger_s` for companions, and a full batch goes at once, so a
+busy worker pays one call per 10 messages and an idle one adds at most `linger_s` of
+latency. Calls run side by side.
+
+Ordering with the lease keeper:
+- a delete keeps its lease renewed until the service confirms it, since a lapse before the
+  delete lands would hand the message to another consumer;
+- a release stops renewals first (a renewal landing after the release would hide the
+  message again); if the release itself fails the lease simply lapses, which is what a
+  release asked for, only later.
+Before a call it waits for any extension in flight on the same message, so that it uses the
+newest receipt handle (SMQ hands out a new one on every extension).
+
+Failures: a refused entry (ReceiptHandleIsInvalid, ...) is logged and counted: the message
+will be delivered again, which at-least-once allows. A transient whole-call failure is
+retried while the lease is still held.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import anyio
+import structlog
+from anyio.abc import TaskStatus
+
+from worker.backend import Backend
+from worker.clock import Clock
+from worker.core.lease import Lease, LeaseState
+from worker.core.settlement import Action, Settlement
+from worker.errors import BackendError, TransientBackendError
+from worker.runtime.calls import as_backend_error, call_by
+from worker.runtime.metrics import Metrics
+from worker.types import BatchResult, Deletion, EntryFailure, VisibilityChange
+
+__all__ = ["Settler"]
+
+_Key = tuple[str, Action]
+_Item = tuple[Lease, int]
+
+
+class Settler:
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        clock: Clock,
+        metrics: Metrics,
+        linger_s: float,
+        untrack: Callable[[Lease], None],
+        wait_extension_idle: Callable[[Lease], Awaitable[None]],
+        retry_interval_s: float = 1.0,
+        call_timeout_s: float = 5.0,
+        logger: Any = None,
+    ) -> None:
+        self._backend = backend
+        self._clock = clock
+        self._metrics = metrics
+        self._linger = linger_s
+        self._untrack = untrack
+        self._wait_extension_idle = wait_extension_idle
+        self._retry_interval = retry_interval_s
+        self._call_timeout = call_timeout_s
+        self._log = logger or structlog.get_logger("lease_worker.settle")
+        self._pending: dict[_Key, list[_Item]] = {}
+        self._first_at: dict[_Key, float] = {}
+        #: Keys with a failed call to retry: nothing of theirs goes out before this time.
+        self._not_before: dict[_Key, float] = {}
+        self._wake = anyio.Event()
+        self._calls_in_flight = 0
+        self._idle: anyio.Event | None = None  # made by `flush`, set when all is sent
+        self._flush_all = False
+
+    def submit(self, lease: Lease, settlement: Settlement) -> None:
+        """Queue a delete or release of `lease`; FORGET settles it here and now."""
+        if not lease.active:
+            return
+        if settlement.action is Action.FORGET:
+            self._untrack(lease)
+            lease.finish(LeaseState.DONE)
+            return
+        lease.state = LeaseState.SETTLING
+        if settlement.action is Action.RELEASE:
+            self._untrack(lease)
+        key = (lease.queue, settlement.action)
+        self._pending.setdefault(key, []).append((lease, settlement.visibility_s))
+        self._first_at.setdefault(key, self._clock.now())
+        self._wake.set()
+
+    @property
+    def pending(self) -> int:
+        return sum(len(items) for items in self._pending.values())
+
+    async def flush(self) -> None:
+        """Send everything pending now and wait until no call is in flight."""
+        while self._pending or self._calls_in_flight:
+            self._flush_all = True
+            self._idle = self._idle or anyio.Event()
+            self._wake.set()
+            await self._idle.wait()
+
+    async def send_now(self) -> None:
+        """Send what is pending from the calling task: for when the settler's own task is
+        being cancelled with everything else (the supervisor cancelled from outside)."""
+        self._flush_all = True
+        for key, items in self._take_ready():
+            self._calls_in_flight += 1
+            await self._send(key, items)
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        async with anyio.create_task_group() as calls:
+            task_status.started()
+            while True:
+                for key, items in self._take_ready():
+                    self._calls_in_flight += 1
+                    calls.start_soon(self._send, key, items)
+                self._update_idle()
+                self._wake = anyio.Event()
+                with anyio.CancelScope(deadline=self._next_deadline()):
+                    await self._wake.wait()
+
+    def _take_ready(self) -> list[tuple[_Key, list[_Item]]]:
+        now = self._clock.now()
+        ready: list[tuple[_Key, list[_Item]]] = []
+        for key in list(self._pending):
+            if now < self._not_before.get(key, -math.inf):
+                continue  # a retry waits out its pause, even during a flush
+            size = self._batch_size(key[1])
+            items = self._pending[key]
+            while len(items) >= size or (items and now >= self._due_at(key)):
+                ready.append((key, items[:size]))
+                del items[:size]
+            if not items:
+                del self._pending[key], self._first_at[key]
+                self._not_before.pop(key, None)
+        return ready
+
+    def _due_at(self, key: _Key) -> float:
+        lingered = -math.inf if self._flush_all else self._first_at[key] + self._linger
+        return max(lingered, self._not_before.get(key, -math.inf))
+
+    def _next_deadline(self) -> float:
+        return min((self._due_at(key) for key in self._pending), default=math.inf)
+
+    def _update_idle(self) -> None:
+        if not self._pending and self._calls_in_flight == 0:
+            self._flush_all = False
+            if self._idle is not None:
+                self._idle.set()
+                self._idle = None
+
+    def _batch_size(self, action: Action) -> int:
+        limits = self._backend.limits
+        return limits.delete_batch if action is Action.DELETE else limits.release_batch
+
+    async def _send(self, key: _Key, items: list[_Item]) -> None:
+        queue, action = key
+        for lease, _ in items:
+            lease.settle_call = True  # the keeper holds its renewals until this call is done
+        try:
+            for lease, _ in items:
+                await self._wait_extension_idle(lease)
+            self._metrics.settle_calls.labels(queue, action.value).inc()
+            try:
+                result = await self._call(queue, action, items)
+            except Exception as raised:
+                operation = (
+                    "DeleteMessageBatch"
+                    if action is Action.DELETE
+                    else "ChangeMessageVisibilityBatch"
+                )
+                self._call_failed(key, items, as_backend_error(raised, self._log, operation, queue))
+                return
+            self._apply(queue, action, items, result)
+        finally:
+            for lease, _ in items:
+                lease.settle_call = False
+            self._calls_in_flight -= 1
+            self._wake.set()
+
+    async def _call(self, queue: str, action: Action, items: Sequence[_Item]) -> BatchResult:
+        deadline = self._clock.now() + self._call_timeout
+        if action is Action.DELETE:
+            deletions = [
+                Deletion(str(i), lease.receipt_handle) for i, (lease, _) in enumerate(items)
+            ]
+            return await call_by(
+                deadline,
+                lambda: self._backend.delete(queue, deletions),
+                operation="DeleteMessageBatch",
+                queue=queue,
+            )
+        changes = [
+            VisibilityChange(str(i), lease.receipt_handle, vis)
+            for i, (lease, vis) in enumerate(items)
+        ]
+        return await call_by(
+            deadline,
+            lambda: self._backend.release(queue, changes),
+            operation="ChangeMessageVisibilityBatch",
+            queue=queue,
+        )
+
+    def _apply(
+        self, queue: str, action: Action, items: Sequence[_Item], result: BatchResult
+    ) -> None:
+        failures = {failure.entry_id: failure for failure in result.failed}
+        for i, (lease, visibility) in enumerate(items):
+            failure = failures.get(str(i))
+            if failure is None and str(i) not in result.succeeded:
+                failure = EntryFailure(str(i), "Missing", "no answer for this entry")
+            if failure is not None and not failure.sender_fault and self._may_retry(lease, action):
+                self._retry_later(lease, action, visibility)
+                continue
+            if failure is not None:
+                self._metrics.settle_failures.labels(queue, action.value, failure.code).inc()
+                self._log.warning(
+                    f"settle.{action.value}_failed",
+                    queue=queue,
+                    message_id=lease.message_id,
+                    code=failure.code,
+                )
+            self._untrack(lease)
+            lease.finish(LeaseState.DONE)
+
+    def _call_failed(self, key: _Key, items: Sequence[_Item], error: BackendError) -> None:
+        queue, action = key
+        code = error.code or type(error).__name__
+        self._metrics.settle_failures.labels(queue, action.value, code).inc(len(items))
+        self._log.warning(
+            f"settle.{action.value}_call_failed",
+            queue=queue,
+            messages=len(items),
+            code=code,
+            error=str(error),
+        )
+        for lease, visibility in items:
+            if isinstance(error, TransientBackendError) and self._may_retry(lease, action):
+                self._retry_later(lease, action, visibility)
+            else:
+                self._untrack(lease)
+                lease.finish(LeaseState.DONE)
+
+    def _may_retry(self, lease: Lease, action: Action) -> bool:
+        # Until the lease's deadline: the keeper moves it on while a delete is pending (so a
+        # delete is retried while the lease holds); after it, the message is visible anyway.
+        return lease.active and self._clock.now() < lease.deadline
+
+    def _retry_later(self, lease: Lease, action: Action, visibility: int) -> None:
+        key = (lease.queue, action)
+        self._pending.setdefault(key, []).append((lease, visibility))
+        now = self._clock.now()
+        self._first_at.setdefault(key, now)
+        self._not_before[key] = now + self._retry_interval
