@@ -15,9 +15,9 @@ from collections.abc import Sequence
 
 from worker.cli import run as run_command
 from worker.cli import serve as serve_command
+from worker.cli.loader import load_app
 from worker.cli.logging import configure_logging
 from worker.cli.options import check_env_choices
-from worker.cli.run import load_app
 from worker.errors import ConfigError, FatalBackendError
 
 __all__ = ["build_parser", "load_app", "main"]

@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
-import os
 import signal
-import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,6 +19,7 @@ from prometheus_client import start_http_server
 from backends import BACKENDS, ConnectOptions, connect
 from worker.app import Worker
 from worker.backend import Backend
+from worker.cli.loader import load_app
 from worker.cli.options import LOG_OPTIONS, Option, add_options
 from worker.cli.processes import run_processes
 from worker.config import LeaseConfig, ShutdownConfig, WorkerConfig
@@ -30,7 +28,7 @@ from worker.runtime.metrics import Metrics
 from worker.runtime.queues import create_missing_queues
 from worker.runtime.supervisor import Supervisor
 
-__all__ = ["OPTIONS", "add_parser", "load_app", "run"]
+__all__ = ["OPTIONS", "add_parser", "run"]
 
 _DESCRIPTION = (
     "Run APP (module:attribute naming a lease-worker Worker) until SIGTERM or SIGINT; a second "
@@ -121,23 +119,6 @@ def add_parser(commands: Any) -> None:
     run_parser.add_argument("app", metavar="APP", help="the worker, e.g. examples.hello:app")
     for title, options in OPTIONS.items():
         add_options(run_parser.add_argument_group(title), options)
-
-
-def load_app(spec: str) -> Worker:
-    module_name, _, attribute = spec.partition(":")
-    if not module_name or not attribute:
-        raise ConfigError(f"APP={spec!r}: expected module:attribute, e.g. examples.hello:app")
-    sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as error:
-        raise ConfigError(f"APP={spec!r}: cannot import {error.name!r}") from None
-    app = getattr(module, attribute, None)
-    if not isinstance(app, Worker):
-        raise ConfigError(
-            f"APP={spec!r}: {attribute!r} in {module_name} is not a lease-worker Worker"
-        )
-    return app
 
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
