@@ -8,6 +8,7 @@ the worker ran with. Every subprocess is bounded by `TIMEOUT_S`.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import socket
@@ -18,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+import worker
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = "tests.apps.shutdown_app:app"
@@ -152,6 +155,23 @@ def test_console_script_is_the_same_command() -> None:
     run = lease_worker("run", "--help", command=[str(script)])
     assert run.returncode == 0
     assert run.stdout == lease_worker("run", "--help").stdout
+
+
+def test_version_prints_the_package_version_and_exits_0() -> None:
+    run = lease_worker("--version")
+    assert (run.returncode, run.stderr) == (0, "")
+    assert run.stdout == f"lease-worker {worker.__version__}\n"
+    # Installed (as every run of these tests is): the version is the distribution's, not the
+    # placeholder of a checkout that was never installed.
+    assert worker.__version__ == importlib.metadata.version("lease-worker")
+
+
+def test_console_script_prints_the_same_version() -> None:
+    script = Path(sys.executable).parent / "lease-worker"
+    if not script.exists():
+        pytest.skip("the lease-worker script is not installed next to this interpreter")
+    run = lease_worker("--version", command=[str(script)])
+    assert (run.returncode, run.stdout) == (0, f"lease-worker {worker.__version__}\n")
 
 
 def test_no_command_is_a_usage_error() -> None:

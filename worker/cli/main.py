@@ -1,7 +1,8 @@
 """The `lease-worker` command (also `python -m worker`).
 
 `lease-worker run APP` runs a worker (`worker.cli.run`); `lease-worker serve-sqs`
-serves the in-memory engine over SQS's JSON protocol (`worker.cli.serve`).
+serves the in-memory engine over SQS's JSON protocol (`worker.cli.serve`);
+`lease-worker --version` prints `lease-worker <version>`.
 
 Invalid settings end the process with status 2 and one line saying which setting and why; a
 fatal queue-service error (missing queue, access denied) with status 1.
@@ -13,6 +14,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+import worker
 from worker.cli import run as run_command
 from worker.cli import serve as serve_command
 from worker.cli.loader import load_app
@@ -28,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="lease-worker",
         description="Run queue handlers whose leases extend themselves.",
     )
+    parser.add_argument("--version", action="version", version=f"lease-worker {worker.__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     run_command.add_parser(commands)
     serve_command.add_parser(commands)
