@@ -114,10 +114,17 @@ class Lease:
         return self.deadline - (self._now() if now is None else now)
 
     async def extend(self, visibility_s: int) -> None:
-        """Extend now, to `visibility_s` from now, ahead of the keeper's own schedule.
+        """Extend now, to `visibility_s` whole seconds from now, ahead of the keeper's own
+        schedule; returns once the service has confirmed it (a failed call is retried).
 
-        Raises `LeaseLostError` if the lease is (or becomes) lost.
+        Raises `TypeError` for anything but an `int` (a float or a bool would be refused by
+        the service), `ValueError` outside what the backend allows, and `LeaseLostError` if
+        the lease is (or becomes) lost.
         """
+        if type(visibility_s) is not int:
+            raise TypeError(
+                f"lease.extend(visibility_s={visibility_s!r}): a whole number of seconds (int)"
+            )
         if self._requester is None or self.state is not LeaseState.HELD:
             raise LeaseLostError(f"lease of {self.message_id} is {self.state.value}")
         await self._requester(self, visibility_s)

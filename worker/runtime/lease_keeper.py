@@ -5,11 +5,23 @@ lease with every lease of the same queue due within the coalescing window, up to
 backend's batch size, and extends them in one call. Calls run side by side in a task group,
 so one slow call never delays another queue's renewals.
 
+Rules:
+- Choosing a lease for renewal and marking it `extending` is one step (no await between):
+  the settler, which checks `extending` and marks `settle_call` in one step too, never puts a
+  delete or release on the wire beside a renewal of the same handle.
+- A lease whose delete or release is on the wire (`settle_call`) is not renewed; a delete is
+  sent only once the lease has time left for the call and a renewal after it
+  (`wait_extension_idle(lease, hold_s)`), so a slow delete cannot let the lease lapse.
+- A handler's `await lease.extend(s)` is a request kept until a renewal with `s` succeeds
+  (a failed call is retried with the same `s`), or the lease is lost or capped.
+
 What can happen to a lease at renewal time:
 - renewed: new deadline = (time the call was sent) + visibility; a new receipt handle, if
   the backend hands one out, replaces the old one before any later call.
 - transient failure (whole call, or an entry the service says was its own fault): retried
   after `retry_interval_s`, as long as that is before the deadline.
+- a whole call refused for a reason that one entry may have caused: asked again one lease a
+  call, so that each lease gets its own answer.
 - refused (ReceiptHandleIsInvalid, MessageNotInflight, ...) or the deadline passed: LOST.
   The handler is cancelled, the message is neither deleted nor released.
 - at the hard cap (`max_lease_s` from receive): the handler is cancelled as TIMED_OUT while
@@ -33,6 +45,7 @@ from worker.core.histogram import DurationHistogram
 from worker.core.lease import Lease, LeaseState
 from worker.core.schedule import LeaseSchedule
 from worker.core.settlement import Outcome
+from worker.errors import TransientBackendError
 from worker.runtime.calls import as_backend_error, call_by
 from worker.runtime.metrics import Metrics
 from worker.types import BatchResult, EntryFailure, VisibilityChange
@@ -43,6 +56,9 @@ __all__ = ["LeaseKeeper"]
 _LOST_CODES = frozenset({"ReceiptHandleIsInvalid", "MessageNotInflight", "InvalidReceiptHandle"})
 #: The service refused the visibility itself: in practice the 12 h cap, measured by the service.
 _CAP_CODES = frozenset({"InvalidParameterValue"})
+
+#: (lease, visibility sent, the handler's request it answers or None)
+_Renewal = tuple[Lease, int, int | None]
 
 
 class LeaseKeeper:
@@ -66,14 +82,21 @@ class LeaseKeeper:
         self._durations = DurationHistogram(
             min_s=config.adaptive_min_s, max_s=config.adaptive_max_s
         )
-        self._renewed: dict[Lease, anyio.Event] = {}
+        #: Requests waiting for a renewal of their lease: (event, number of waiters).
+        self._requests: dict[Lease, tuple[anyio.Event, int]] = {}
         #: Set when the renewal of a lease that someone waits on comes back.
         self._extension_done: dict[Lease, anyio.Event] = {}
+        self._blocked = False
 
     # -- bookkeeping ------------------------------------------------------------------------
 
     def __len__(self) -> int:
         return len(self._schedule)
+
+    @property
+    def waiting_requests(self) -> int:
+        """Leases with a caller waiting in `lease.extend()` (for tests and metrics)."""
+        return len(self._requests)
 
     def track(self, lease: Lease) -> None:
         """Start keeping `lease` alive; call right after the receive."""
@@ -90,6 +113,7 @@ class LeaseKeeper:
         """Stop renewing `lease`, also after a renewal that is on the wire right now."""
         lease.tracked = False
         self._schedule.discard(lease)
+        self._notify(lease)
 
     def record_duration(self, duration_s: float) -> None:
         self._durations.add(duration_s)
@@ -113,17 +137,49 @@ class LeaseKeeper:
         if not 0 <= visibility_s <= limit:
             raise ValueError(f"visibility_s={visibility_s!r}: must be within 0..{limit}")
         lease.requested_visibility_s = visibility_s
-        done = self._renewed.setdefault(lease, anyio.Event())
+        done, waiters = self._requests.get(lease, (anyio.Event(), 0))
+        self._requests[lease] = (done, waiters + 1)
         if not lease.extending:  # else the call on the wire reschedules it when it returns
             self._schedule_renewal(lease, at=self._clock.now())
-        await done.wait()
-
-    async def wait_extension_idle(self, lease: Lease) -> None:
-        """Wait for a renewal of `lease` on the wire, so that a later call uses the newest
-        handle."""
-        while lease.extending:
-            done = self._extension_done.setdefault(lease, anyio.Event())
+        try:
             await done.wait()
+        finally:
+            self._leave_request(lease, done)
+
+    def _leave_request(self, lease: Lease, done: anyio.Event) -> None:
+        """A waiter left (answered or cancelled): forget the entry with its last waiter."""
+        entry = self._requests.get(lease)
+        if entry is None or entry[0] is not done:
+            return
+        if entry[1] <= 1:
+            del self._requests[lease]
+        else:
+            self._requests[lease] = (done, entry[1] - 1)
+
+    async def wait_extension_idle(self, lease: Lease, hold_s: float = 0.0) -> None:
+        """Wait for a renewal of `lease` on the wire, so that a later call uses the newest
+        handle; with `hold_s`, also make sure the lease outlives a call of that length and a
+        renewal after it (renewing it now if need be), when it can still be renewed."""
+        while True:
+            while lease.extending:
+                done = self._extension_done.setdefault(lease, anyio.Event())
+                await done.wait()
+            if hold_s <= 0 or not self._needs_renewal_before(lease, hold_s):
+                return
+            await self._request_extension(lease, self.extension_s())
+            if not lease.active or lease.lost:
+                return
+
+    def _needs_renewal_before(self, lease: Lease, hold_s: float) -> bool:
+        now = self._clock.now()
+        if not lease.tracked or not lease.active or now >= lease.deadline:
+            return False
+        # After a call abandoned at `hold_s`, the keeper looks again within one retry
+        # interval and needs one renewal call's time: the lease must last that long.
+        config = self._config
+        needed = hold_s + config.retry_interval_s + config.effective_renew_timeout_s
+        renewable = lease.next_visibility(now, self.extension_s()) > lease.time_left_s(now)
+        return lease.time_left_s(now) < needed and renewable
 
     def _end_extension(self, lease: Lease) -> None:
         lease.extending = False
@@ -143,9 +199,9 @@ class LeaseKeeper:
                     limit=self._backend.limits.extend_batch,
                 )
                 if batch is not None:
-                    leases = self._prepare(batch[1])
-                    if leases:
-                        calls.start_soon(self._renew, batch[0], leases)
+                    renewals = self._choose(batch[1])
+                    if renewals:
+                        calls.start_soon(self._renew, batch[0], renewals)
                     continue
                 await self._sleep(self._schedule.next_due())
 
@@ -155,11 +211,30 @@ class LeaseKeeper:
         with anyio.CancelScope(deadline=self._sleeping_until):
             await self._wake.wait()
         self._sleeping_until = -math.inf
+        if until is not None:
+            self._check_lateness(self._clock.now() - until)
 
-    def _prepare(self, leases: list[Lease]) -> list[tuple[Lease, int]]:
-        """Decide, lease by lease, whether to renew now; returns (lease, visibility) pairs."""
+    def _check_lateness(self, late_s: float) -> None:
+        """A wake-up later than the margin means the event loop did not run: every lease due
+        meanwhile may have lapsed. Say so once per episode, naming the likely cause."""
+        blocked = late_s > self._config.renew_margin_s
+        if blocked and not self._blocked:
+            self._log.warning(
+                "loop.blocked",
+                late_s=round(late_s, 3),
+                renew_margin_s=self._config.renew_margin_s,
+                leases=len(self._schedule),
+                cause="the event loop did not run for longer than the renewal margin, so "
+                "leases could not be renewed in time: blocking code in an async handler "
+                "(use a sync def handler, which runs in a thread, or anyio.to_thread)",
+            )
+        self._blocked = blocked
+
+    def _choose(self, leases: list[Lease]) -> list[_Renewal]:
+        """Decide, lease by lease, whether to renew now, and mark the chosen ones
+        `extending` in this same step."""
         now = self._clock.now()
-        ready: list[tuple[Lease, int]] = []
+        chosen: list[_Renewal] = []
         for lease in leases:
             if not lease.active:
                 self._notify(lease)
@@ -176,57 +251,71 @@ class LeaseKeeper:
             else:
                 asked = lease.requested_visibility_s
                 wanted = self.extension_s() if asked is None else asked
-                lease.requested_visibility_s = None
-                ready.append((lease, lease.next_visibility(now, wanted)))
-        return ready
+                lease.extending = True
+                chosen.append((lease, lease.next_visibility(now, wanted), asked))
+        return chosen
 
-    async def _renew(self, queue: str, leases: Sequence[tuple[Lease, int]]) -> None:
+    async def _renew(self, queue: str, renewals: Sequence[_Renewal]) -> None:
         entries = [
             VisibilityChange(str(i), lease.receipt_handle, visibility)
-            for i, (lease, visibility) in enumerate(leases)
+            for i, (lease, visibility, _) in enumerate(renewals)
         ]
-        for lease, _ in leases:
-            lease.extending = True
         sent_at = self._clock.now()
         self._metrics.renewal_calls.labels(queue).inc()
+        one_by_one = False
         try:
-            result = await self._extend_before_deadline(queue, entries, leases)
-        except Exception as raised:
-            error = as_backend_error(raised, self._log, "ChangeMessageVisibilityBatch", queue)
-            self._log.warning(
-                "lease.renew_call_failed",
-                queue=queue,
-                leases=len(leases),
-                code=error.code or type(error).__name__,
-                error=str(error),
-            )
-            self._metrics.renewal_failures.labels(queue, error.code or "call").inc(len(leases))
-            result = BatchResult(
-                failed=tuple(
-                    EntryFailure(e.entry_id, error.code or "call", str(error), sender_fault=False)
-                    for e in entries
+            try:
+                result = await self._extend_before_deadline(queue, entries, renewals)
+            except Exception as raised:
+                error = as_backend_error(raised, self._log, "ChangeMessageVisibilityBatch", queue)
+                one_by_one = len(renewals) > 1 and not isinstance(error, TransientBackendError)
+                self._call_failed(queue, len(renewals), error, one_by_one)
+                result = BatchResult(
+                    failed=tuple(
+                        EntryFailure(e.entry_id, error.code or "call", str(error), False)
+                        for e in entries
+                    )
                 )
-            )
+            if one_by_one:
+                # One entry may have made the service refuse the whole call: ask again one
+                # lease a call, so that no lease pays for another's answer.
+                async with anyio.create_task_group() as calls:
+                    for renewal in renewals:
+                        calls.start_soon(self._renew, queue, [renewal])
+                return
         finally:
-            for lease, _ in leases:
-                self._end_extension(lease)
+            if not one_by_one:
+                for lease, _, _ in renewals:
+                    self._end_extension(lease)
         self._log.debug(
             "lease.renewed",
             queue=queue,
             leases=len(result.succeeded),
             failed=len(result.failed),
-            visibility_s=max(v for _, v in leases),
+            visibility_s=max(v for _, v, _ in renewals),
         )
-        self._apply(result, leases, [entry.receipt_handle for entry in entries], sent_at)
+        self._apply(result, renewals, [entry.receipt_handle for entry in entries], sent_at)
+
+    def _call_failed(self, queue: str, leases: int, error: Exception, one_by_one: bool) -> None:
+        code = getattr(error, "code", "") or type(error).__name__
+        self._log.warning(
+            "lease.renew_call_failed",
+            queue=queue,
+            leases=leases,
+            code=code,
+            error=str(error),
+            retry="one lease a call" if one_by_one else "after retry_interval_s",
+        )
+        self._metrics.renewal_failures.labels(queue, code).inc(leases)
 
     async def _extend_before_deadline(
-        self, queue: str, entries: list[VisibilityChange], leases: Sequence[tuple[Lease, int]]
+        self, queue: str, entries: list[VisibilityChange], renewals: Sequence[_Renewal]
     ) -> BatchResult:
         """The call, abandoned after `renew_timeout_s` so that a lost request is retried on
         a new connection within the margin, and at the latest at the batch's earliest
         deadline: an answer that comes later cannot be trusted (SQS may have let the message
         go to another consumer meanwhile)."""
-        earliest = min(lease.deadline for lease, _ in leases)
+        earliest = min(lease.deadline for lease, _, _ in renewals)
         give_up = min(earliest, self._clock.now() + self._config.effective_renew_timeout_s)
         return await call_by(
             give_up,
@@ -239,31 +328,37 @@ class LeaseKeeper:
     def _apply(
         self,
         result: BatchResult,
-        leases: Sequence[tuple[Lease, int]],
+        renewals: Sequence[_Renewal],
         handles: Sequence[str],
         sent_at: float,
     ) -> None:
         succeeded = set(result.succeeded)
         failures = {failure.entry_id: failure for failure in result.failed}
-        for i, (lease, visibility) in enumerate(leases):
+        for i, (lease, visibility, asked) in enumerate(renewals):
             entry_id = str(i)
             if lease.receipt_handle != handles[i]:
                 # A newer receive gave the lease a new handle while this call was out: its
                 # answer, success or failure, speaks of a handle that is no longer ours.
                 self._schedule_renewal(lease)
             elif entry_id in succeeded:
-                self._renewed_ok(lease, visibility, sent_at, result.new_handles.get(entry_id))
+                new_handle = result.new_handles.get(entry_id)
+                self._renewed_ok(lease, visibility, asked, sent_at, new_handle)
             else:
                 failure = failures.get(entry_id) or EntryFailure(entry_id, "Missing", "no answer")
                 self._renewal_failed(lease, failure)
-            if lease.requested_visibility_s is None or not lease.active:
-                self._notify(lease)  # a request made while this call was out waits its turn
+            if not lease.active:
+                self._notify(lease)
 
     def _renewed_ok(
-        self, lease: Lease, visibility: int, sent_at: float, handle: str | None
+        self,
+        lease: Lease,
+        visibility: int,
+        asked: int | None,
+        sent_at: float,
+        new_handle: str | None,
     ) -> None:
-        if handle is not None:
-            lease.receipt_handle = handle
+        if new_handle is not None:
+            lease.receipt_handle = new_handle
         if not lease.active:
             return
         self._metrics.renewals.labels(lease.queue).inc()
@@ -272,8 +367,11 @@ class LeaseKeeper:
         )
         lease.deadline = sent_at + visibility
         lease.renewals += 1
-        asked = lease.requested_visibility_s is not None
-        self._schedule_renewal(lease, at=self._clock.now() if asked else None)
+        if lease.requested_visibility_s is not None and lease.requested_visibility_s == asked:
+            lease.requested_visibility_s = None  # the handler's request is answered
+            self._notify(lease)
+        pending = lease.requested_visibility_s is not None  # asked for again meanwhile
+        self._schedule_renewal(lease, at=self._clock.now() if pending else None)
 
     def _renewal_failed(self, lease: Lease, failure: EntryFailure) -> None:
         if not lease.active:
@@ -285,6 +383,7 @@ class LeaseKeeper:
             self._metrics.renewal_failures.labels(lease.queue, failure.code).inc()
             self._cap(lease)
         else:
+            # Retried with the same request, if any: `extend(600)` keeps asking for 600.
             retry_at = self._clock.now() + self._config.retry_interval_s
             self._schedule_renewal(lease, at=min(retry_at, lease.deadline))
 
@@ -314,9 +413,10 @@ class LeaseKeeper:
                 renewals=lease.renewals,
             )
             lease.cancel(Outcome.TIMED_OUT)
+        lease.requested_visibility_s = None
         self._notify(lease)
 
     def _notify(self, lease: Lease) -> None:
-        done = self._renewed.pop(lease, None)
-        if done is not None:
-            done.set()
+        entry = self._requests.pop(lease, None)
+        if entry is not None:
+            entry[0].set()

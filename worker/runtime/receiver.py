@@ -14,6 +14,7 @@ denied) is passed to `on_fatal`, which starts a shutdown.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -23,13 +24,13 @@ from anyio.abc import TaskStatus
 from worker.backend import Backend
 from worker.clock import Clock
 from worker.config import WorkerConfig
-from worker.core.lease import Lease
+from worker.core.lease import Lease, LeaseState
 from worker.errors import FatalBackendError
 from worker.runtime.calls import as_backend_error, call_by
 from worker.runtime.lease_keeper import LeaseKeeper
 from worker.runtime.metrics import Metrics
 from worker.runtime.slots import Slots
-from worker.types import ReceivedMessage
+from worker.types import ReceivedMessage, VisibilityChange
 
 __all__ = ["Receiver"]
 
@@ -100,7 +101,7 @@ class Receiver:
     async def _receive_once(self, count: int) -> int:
         """One receive of up to `count` (reserved) messages; returns how many are now held."""
         lease_config = self._config.lease
-        sent_at = self._clock.now()  # before the call: our deadline is never later than SQS's
+        sent_at = self._clock.now()
         self._metrics.receive_calls.labels(self.queue).inc()
         messages = await call_by(
             sent_at + self._config.wait_s + self._config.call_timeout_s,
@@ -113,16 +114,20 @@ class Receiver:
             operation="ReceiveMessage",
             queue=self.queue,
         )
+        handed_out = self._handed_out(sent_at)
         held = 0
         for received in messages:
             self._metrics.received.labels(self.queue).inc()
-            if self._adopt(received, sent_at, lease_config.visibility_s):
+            # Routed by this receiver's own queue (the name or URL the handler was
+            # registered under), whatever spelling the backend used.
+            received = replace(received, queue=self.queue)
+            if self._adopt(received, handed_out, lease_config.visibility_s):
                 continue
             lease = Lease(
                 queue=self.queue,
                 message_id=received.message_id,
                 receipt_handle=received.receipt_handle,
-                received_at=sent_at,
+                received_at=handed_out,
                 visibility_s=lease_config.visibility_s,
                 max_lease_s=min(lease_config.max_lease_s, self._backend.limits.max_lease_s),
                 now=self._clock.now,
@@ -131,8 +136,51 @@ class Receiver:
             held += 1
             self._metrics.in_flight.labels(self.queue).inc()
             self._keeper.track(lease)
-            self._dispatch(received, lease)
+            await self._dispatch_one(received, lease)
         return held
+
+    def _handed_out(self, sent_at: float) -> float:
+        """A safe estimate of when the service handed out what a receive answered: never
+        later than the truth, so that our deadline is never later than the service's.
+
+        The service hands messages out between the request's arrival and the answer's
+        departure, so no later than the answer's arrival less its travel time. A long poll
+        may wait up to `wait_s` before that, so the send time alone would make a message
+        that arrived late in an idle poll look lapsed on arrival. The answer's travel time
+        is bounded by `renew_timeout_s`: the longest a call may take before the runtime
+        abandons it (a network that slow makes every renewal fail too). If the bound is
+        ever exceeded, the error comes out of the renewal margin, which is larger."""
+        answered_at = self._clock.now()
+        travel_s = self._config.lease.effective_renew_timeout_s
+        return max(sent_at, answered_at - travel_s)
+
+    async def _dispatch_one(self, received: ReceivedMessage, lease: Lease) -> None:
+        try:
+            self._dispatch(received, lease)
+        except Exception:
+            # The message must not be stranded (renewed and never run): it goes back at
+            # once, and its slot is given back once, when its lease ends.
+            self._log.exception("dispatch.failed", queue=self.queue, message_id=lease.message_id)
+            await self._release_unrun(lease)
+
+    async def _release_unrun(self, lease: Lease) -> None:
+        self._keeper.untrack(lease)
+        try:
+            await self._keeper.wait_extension_idle(lease)
+            change = VisibilityChange(
+                "0", lease.receipt_handle, self._backend.limits.min_release_visibility_s
+            )
+            await call_by(
+                self._clock.now() + self._config.call_timeout_s,
+                lambda: self._backend.release(self.queue, [change]),
+                operation="ChangeMessageVisibilityBatch",
+                queue=self.queue,
+            )
+        except Exception as raised:  # it lapses instead: later, but not lost
+            error = as_backend_error(raised, self._log, "ChangeMessageVisibilityBatch", self.queue)
+            self._log.warning("dispatch.release_failed", queue=self.queue, code=error.code)
+        finally:
+            lease.finish(LeaseState.DONE)
 
     def _finished(self, lease: Lease) -> None:
         self._slots.give_back()

@@ -6,12 +6,17 @@ latency. Calls run side by side.
 
 Ordering with the lease keeper:
 - a delete keeps its lease renewed until the service confirms it, since a lapse before the
-  delete lands would hand the message to another consumer;
+  delete lands would hand the message to another consumer. No renewal goes out while the
+  delete is on the wire, so a delete is sent only when the lease has time left for the call
+  and a renewal after it: if not, the keeper renews it first;
 - a release stops renewals first (a renewal landing after the release would hide the
   message again); if the release itself fails the lease simply lapses, which is what a
   release asked for, only later.
 Before a call it waits for any extension in flight on the same message, so that it uses the
-newest receipt handle (SMQ hands out a new one on every extension).
+newest receipt handle (SMQ hands out a new one on every extension); checking that no
+extension is in flight and marking `settle_call` is one step. A handle replaced while the
+call was on the wire (a second copy of the message adopted) gets the call again with the
+new handle, whatever the answer to the old one was (SQS answers success for a stale delete).
 
 Failures: a refused entry (ReceiptHandleIsInvalid, ...) is logged and counted: the message
 will be delivered again, which at-least-once allows. A transient whole-call failure is
@@ -52,7 +57,7 @@ class Settler:
         metrics: Metrics,
         linger_s: float,
         untrack: Callable[[Lease], None],
-        wait_extension_idle: Callable[[Lease], Awaitable[None]],
+        wait_extension_idle: Callable[[Lease, float], Awaitable[None]],
         retry_interval_s: float = 1.0,
         call_timeout_s: float = 5.0,
         logger: Any = None,
@@ -105,9 +110,10 @@ class Settler:
 
     async def send_now(self) -> None:
         """Send what is pending from the calling task: for when the settler's own task is
-        being cancelled with everything else (the supervisor cancelled from outside)."""
+        being cancelled with everything else (the supervisor cancelled from outside). A
+        retry waiting out its pause goes now too: there is no later."""
         self._flush_all = True
-        for key, items in self._take_ready():
+        for key, items in self._take_ready(waive_pauses=True):
             self._calls_in_flight += 1
             await self._send(key, items)
 
@@ -123,11 +129,13 @@ class Settler:
                 with anyio.CancelScope(deadline=self._next_deadline()):
                     await self._wake.wait()
 
-    def _take_ready(self) -> list[tuple[_Key, list[_Item]]]:
+    def _take_ready(self, *, waive_pauses: bool = False) -> list[tuple[_Key, list[_Item]]]:
         now = self._clock.now()
         ready: list[tuple[_Key, list[_Item]]] = []
         for key in list(self._pending):
-            if now < self._not_before.get(key, -math.inf):
+            if waive_pauses:
+                self._not_before.pop(key, None)
+            elif now < self._not_before.get(key, -math.inf):
                 continue  # a retry waits out its pause, even during a flush
             size = self._batch_size(key[1])
             items = self._pending[key]
@@ -159,11 +167,9 @@ class Settler:
 
     async def _send(self, key: _Key, items: list[_Item]) -> None:
         queue, action = key
-        for lease, _ in items:
-            lease.settle_call = True  # the keeper holds its renewals until this call is done
         try:
-            for lease, _ in items:
-                await self._wait_extension_idle(lease)
+            await self._claim(action, items)
+            handles = [lease.receipt_handle for lease, _ in items]
             self._metrics.settle_calls.labels(queue, action.value).inc()
             try:
                 result = await self._call(queue, action, items)
@@ -175,12 +181,25 @@ class Settler:
                 )
                 self._call_failed(key, items, as_backend_error(raised, self._log, operation, queue))
                 return
-            self._apply(queue, action, items, result)
+            self._apply(queue, action, items, result, handles)
         finally:
             for lease, _ in items:
                 lease.settle_call = False
             self._calls_in_flight -= 1
             self._wake.set()
+
+    async def _claim(self, action: Action, items: Sequence[_Item]) -> None:
+        """Wait until no renewal of these leases is on the wire (a delete's lease renewed
+        first if it could lapse during the call), then mark them `settle_call`, with no
+        await between the last check and the marks: the keeper renews none of them after."""
+        hold_s = self._call_timeout if action is Action.DELETE else 0.0
+        while True:
+            for lease, _ in items:
+                await self._wait_extension_idle(lease, hold_s)
+            if not any(lease.extending for lease, _ in items):
+                break
+        for lease, _ in items:
+            lease.settle_call = True
 
     async def _call(self, queue: str, action: Action, items: Sequence[_Item]) -> BatchResult:
         deadline = self._clock.now() + self._call_timeout
@@ -206,10 +225,20 @@ class Settler:
         )
 
     def _apply(
-        self, queue: str, action: Action, items: Sequence[_Item], result: BatchResult
+        self,
+        queue: str,
+        action: Action,
+        items: Sequence[_Item],
+        result: BatchResult,
+        handles: Sequence[str],
     ) -> None:
         failures = {failure.entry_id: failure for failure in result.failed}
         for i, (lease, visibility) in enumerate(items):
+            if lease.active and lease.receipt_handle != handles[i]:
+                # Adopted a newer copy while the call was out: the answer, whatever it was,
+                # speaks of the old handle. The same call again, with the new one.
+                self._again(lease, action, visibility)
+                continue
             failure = failures.get(str(i))
             if failure is None and str(i) not in result.succeeded:
                 failure = EntryFailure(str(i), "Missing", "no answer for this entry")
@@ -249,6 +278,12 @@ class Settler:
         # Until the lease's deadline: the keeper moves it on while a delete is pending (so a
         # delete is retried while the lease holds); after it, the message is visible anyway.
         return lease.active and self._clock.now() < lease.deadline
+
+    def _again(self, lease: Lease, action: Action, visibility: int) -> None:
+        key = (lease.queue, action)
+        self._pending.setdefault(key, []).append((lease, visibility))
+        self._first_at.setdefault(key, self._clock.now())
+        self._wake.set()
 
     def _retry_later(self, lease: Lease, action: Action, visibility: int) -> None:
         key = (lease.queue, action)
