@@ -6,6 +6,9 @@ Rules:
 - Re-scheduling or removing a key does not touch the heap: the key's current entry is kept
   in `_current`, and heap entries that no longer match it are dropped when they surface
   (lazy deletion), so every operation is O(log n).
+- Stale entries are pruned (as trio's `Deadlines` does): once they outnumber the live ones
+  (and a floor), the heaps are rebuilt from `_current`, so a finished lease does not stay in
+  memory until its due time, and memory is O(live leases), amortised O(1) per operation.
 - A batch is taken only when its first lease is due; it is filled, in due order, with leases
   of the same queue due within `window` seconds after `now`, up to `limit`. Leases renewed
   together get the same new deadline and stay together: after the first round, N aligned
@@ -25,12 +28,21 @@ __all__ = ["LeaseSchedule"]
 
 K = TypeVar("K", bound=Hashable)
 
+#: Below this many stale entries, pruning would cost more than it saves.
+_PRUNE_FLOOR = 64
+
 
 class LeaseSchedule(Generic[K]):
     def __init__(self) -> None:
         self._heaps: dict[str, list[tuple[float, int, K]]] = {}
         self._current: dict[K, tuple[str, float, int]] = {}
         self._sequence = itertools.count()
+        self._entries = 0  # in all heaps, live and stale
+
+    @property
+    def heap_entries(self) -> int:
+        """Entries held in the heaps, stale ones included (for tests)."""
+        return self._entries
 
     def __len__(self) -> int:
         return len(self._current)
@@ -47,9 +59,23 @@ class LeaseSchedule(Generic[K]):
         sequence = next(self._sequence)
         self._current[key] = (queue, due_at, sequence)
         heapq.heappush(self._heaps.setdefault(queue, []), (due_at, sequence, key))
+        self._entries += 1
+        self._prune()
 
     def discard(self, key: K) -> None:
-        self._current.pop(key, None)
+        if self._current.pop(key, None) is not None:
+            self._prune()
+
+    def _prune(self) -> None:
+        if self._entries <= 2 * len(self._current) + _PRUNE_FLOOR:
+            return
+        heaps: dict[str, list[tuple[float, int, K]]] = {}
+        for key, (queue, due_at, sequence) in self._current.items():
+            heaps.setdefault(queue, []).append((due_at, sequence, key))
+        for heap in heaps.values():
+            heapq.heapify(heap)
+        self._heaps = heaps
+        self._entries = len(self._current)
 
     def next_due(self) -> float | None:
         """The earliest due time of any scheduled key, or None when nothing is scheduled."""
@@ -75,6 +101,7 @@ class LeaseSchedule(Generic[K]):
             if self._is_current(key, sequence):
                 return due_at
             heapq.heappop(heap)
+            self._entries -= 1
         del self._heaps[queue]
         return None
 
@@ -83,6 +110,7 @@ class LeaseSchedule(Generic[K]):
         taken: list[K] = []
         while heap and len(taken) < limit and heap[0][0] <= until:
             _, sequence, key = heapq.heappop(heap)
+            self._entries -= 1
             if self._is_current(key, sequence):
                 del self._current[key]
                 taken.append(key)
