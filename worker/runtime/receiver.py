@@ -120,7 +120,8 @@ class Receiver:
             self._metrics.received.labels(self.queue).inc()
             # Routed by this receiver's own queue (the name or URL the handler was
             # registered under), whatever spelling the backend used.
-            received = replace(received, queue=self.queue)
+            if received.queue != self.queue:
+                received = replace(received, queue=self.queue)
             if self._adopt(received, handed_out, lease_config.visibility_s):
                 continue
             lease = Lease(
