@@ -451,3 +451,29 @@ async def test_abandoned_extend_calls_leave_no_request_behind() -> None:
         await harness.wait_until_idle()
         assert harness.supervisor.keeper.waiting_requests == 0
     assert record.outcome is Outcome.SUCCEEDED
+
+
+async def test_outside_cancellation_sends_a_delete_that_would_have_waited_for_a_renewal() -> None:
+    """A delete near its lease's deadline waits for a renewal first; when the supervisor is
+    cancelled from outside, the keeper is gone, so the delete must go out at once."""
+    app = Worker(WorkerConfig(max_in_flight=1, wait_s=20))
+    done = anyio.Event()
+
+    @app.handler("jobs")
+    async def job(message: Message) -> None:
+        await anyio.sleep(25)  # 5 s left: too little for a delete call and a renewal after
+        done.set()
+
+    backend = RecordingBackend()
+    await backend.create_queue(QueueSpec("jobs"))
+    [message_id] = await _send(backend, "jobs", 1)
+    supervisor = Supervisor(app, backend)
+    await supervisor.prepare()
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(supervisor.run)
+        await done.wait()
+        cancelled_at = anyio.current_time()
+        tasks.cancel_scope.cancel()
+    assert anyio.current_time() - cancelled_at < 1
+    assert len(backend.of("delete")) == 1
+    assert backend.inner.engine.peek("jobs", message_id) is None

@@ -115,7 +115,8 @@ class Settler:
         self._flush_all = True
         for key, items in self._take_ready(waive_pauses=True):
             self._calls_in_flight += 1
-            await self._send(key, items)
+            # The keeper went down too: nothing can renew a lease first any more.
+            await self._send(key, items, hold=False)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         async with anyio.create_task_group() as calls:
@@ -165,10 +166,10 @@ class Settler:
         limits = self._backend.limits
         return limits.delete_batch if action is Action.DELETE else limits.release_batch
 
-    async def _send(self, key: _Key, items: list[_Item]) -> None:
+    async def _send(self, key: _Key, items: list[_Item], *, hold: bool = True) -> None:
         queue, action = key
         try:
-            await self._claim(action, items)
+            await self._claim(action, items, hold=hold)
             handles = [lease.receipt_handle for lease, _ in items]
             self._metrics.settle_calls.labels(queue, action.value).inc()
             try:
@@ -188,11 +189,11 @@ class Settler:
             self._calls_in_flight -= 1
             self._wake.set()
 
-    async def _claim(self, action: Action, items: Sequence[_Item]) -> None:
+    async def _claim(self, action: Action, items: Sequence[_Item], *, hold: bool) -> None:
         """Wait until no renewal of these leases is on the wire (a delete's lease renewed
         first if it could lapse during the call), then mark them `settle_call`, with no
         await between the last check and the marks: the keeper renews none of them after."""
-        hold_s = self._call_timeout if action is Action.DELETE else 0.0
+        hold_s = self._call_timeout if hold and action is Action.DELETE else 0.0
         while True:
             for lease, _ in items:
                 await self._wait_extension_idle(lease, hold_s)
