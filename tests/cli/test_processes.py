@@ -1,81 +1,186 @@
-"""`--processes N`: real child processes, real signals."""
+"""`--processes N`: real child processes, real signals.
+
+The parent's JSON log lines are read on a thread, so every wait for one is bounded by
+`WAIT_S`: a parent that hangs fails the test instead of blocking it.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import queue
 import signal
+import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import pytest
 
+from worker.cli.processes import restart_pause
+
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.process
+WAIT_S = 30.0
+
+Event = dict[str, Any]
 
 
-def _events(stream: IO[str]) -> Iterator[dict[str, Any]]:
-    for line in stream:
-        try:
-            yield json.loads(line)
-        except json.JSONDecodeError:
-            continue
-
-
-def _until(
-    events: Iterator[dict[str, Any]], name: str, seen: list[dict[str, Any]]
-) -> dict[str, Any]:
-    for event in events:
-        seen.append(event)
-        if event.get("event") == name:
-            return event
-    raise AssertionError(f"the process ended before {name!r}; saw {seen[-5:]}")
-
-
-def _parent(*, own_session: bool = False) -> subprocess.Popen[str]:
+class Parent:
     """`lease-worker run --processes 2` on an idle app, its JSON log lines on stderr."""
-    return subprocess.Popen(
-        [
-            *(sys.executable, "-m", "worker", "run", "tests.apps.idle_app:app"),
-            *("--processes", "2", "--log-format", "json", "--grace-s", "5"),
-        ],
-        cwd=ROOT,
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        start_new_session=own_session,
-    )
+
+    def __init__(self, *args: str, own_session: bool = False) -> None:
+        self.proc = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "worker", "run", "tests.apps.idle_app:app"),
+                *("--processes", "2", "--log-format", "json", "--grace-s", "5", *args),
+            ],
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            start_new_session=own_session,
+        )
+        self.seen: list[Event] = []
+        self.other_lines: list[str] = []
+        self._lines: queue.Queue[Event | None] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            try:
+                self._lines.put(json.loads(line))
+            except json.JSONDecodeError:
+                self.other_lines.append(line.rstrip())  # a child's own one-line error
+        self._lines.put(None)
+
+    def until(self, name: str, where: Callable[[Event], bool] = lambda _: True) -> Event:
+        """The next event called `name` that matches `where`; fails after WAIT_S."""
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            try:
+                event = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                pytest.fail(f"no {name!r} within {WAIT_S} s; {self._recent()}")
+            if event is None:
+                pytest.fail(f"the parent ended before {name!r}; {self._recent()}")
+            self.seen.append(event)
+            if event.get("event") == name and where(event):
+                return event
+
+    def _recent(self) -> str:
+        return f"last events {self.seen[-8:]}, other lines {self.other_lines[-10:]}"
+
+    def exit(self) -> int:
+        """Wait for the exit and the end of its log; its status."""
+        code = self.proc.wait(timeout=WAIT_S)
+        self._reader.join(timeout=WAIT_S)
+        while (event := self._lines.get_nowait()) is not None:
+            self.seen.append(event)
+        return code
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=WAIT_S)
 
 
+def index_is(index: int) -> Callable[[Event], bool]:
+    return lambda event: event.get("index") == index
+
+
+def test_restart_pause_doubles_while_a_child_dies_young_and_resets_after_a_long_life() -> None:
+    pauses = [restart_pause(None, 0.5)]
+    for _ in range(6):
+        pauses.append(restart_pause(pauses[-1], 59.0))
+    assert pauses == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
+    assert restart_pause(30.0, 61.0) == 1.0
+
+
+@pytest.mark.process
 def test_children_are_restarted_after_a_crash_and_stop_on_sigterm() -> None:
-    parent = _parent()
-    assert parent.stderr is not None
-    seen: list[dict[str, Any]] = []
-    events = _events(parent.stderr)
+    parent = Parent()
     try:
-        pids = [_until(events, "process.started", seen)["pid"] for _ in range(2)]
+        pids = [parent.until("process.started")["pid"] for _ in range(2)]
         for _ in range(2):
-            _until(events, "worker.started", seen)
+            parent.until("worker.started")
         os.kill(pids[0], signal.SIGKILL)
-        died = _until(events, "process.died", seen)
+        died = parent.until("process.died")
         assert died["pid"] == pids[0] and died["status"] == 128 + signal.SIGKILL
-        restarted = _until(events, "process.started", seen)
+        assert died["restart_in_s"] == 1.0
+        restarted = parent.until("process.started")
         assert restarted["pid"] not in pids and restarted["index"] == died["index"]
-        _until(events, "worker.started", seen)
-        parent.send_signal(signal.SIGTERM)
-        exits = [_until(events, "process.exited", seen) for _ in range(2)]
+        parent.until("worker.started")
+        parent.proc.send_signal(signal.SIGTERM)
+        exits = [parent.until("process.exited") for _ in range(2)]
         assert sorted(e["status"] for e in exits) == [0, 0]
-        assert parent.wait(timeout=30) == 0
+        assert parent.exit() == 0
     finally:
-        if parent.poll() is None:
-            parent.kill()
-            parent.wait()
+        parent.stop()
 
 
+def _metrics_ports() -> tuple[socket.socket, int]:
+    """A socket listening on port P, with P + 1 free: child 0 (metrics on P) cannot start,
+    child 1 (metrics on P + 1) can."""
+    for _ in range(20):
+        taken = socket.socket()
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port: int = taken.getsockname()[1]
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port + 1))
+            except OSError:
+                taken.close()
+                continue
+        return taken, port
+    raise AssertionError("no port P with P + 1 free")
+
+
+@pytest.mark.process
+def test_a_crash_looping_child_does_not_hold_up_the_restart_of_another() -> None:
+    # Once, one backoff was shared by all children and slept inside the reaping loop: while
+    # the pause of a child that kept dying ran, no other child was reaped or restarted (and
+    # the next one to die inherited the grown pause).
+    taken, port = _metrics_ports()
+    parent = Parent("--metrics-port", str(port), "--metrics-addr", "127.0.0.1")
+    try:
+        pids = {e["index"]: e["pid"] for e in (parent.until("process.started") for _ in "01")}
+        parent.until("worker.started")  # child 1's: child 0 dies of its taken port
+        # Child 0 keeps dying at start-up: its pauses grow 1, 2, 4 s.
+        parent.until("process.died", lambda e: e["index"] == 0 and e["restart_in_s"] >= 4)
+        os.kill(pids[1], signal.SIGKILL)
+        killed = time.monotonic()
+        died = parent.until("process.died", index_is(1))
+        restarted = parent.until("process.started", index_is(1))
+        back_after_s = time.monotonic() - killed
+        assert 1.0 <= back_after_s < 2.5, back_after_s
+        assert died["pid"] == pids[1] and died["status"] == 128 + signal.SIGKILL
+        assert died["restart_in_s"] == 1.0  # its own first pause, not child 0's
+        assert restarted["pid"] != pids[1]
+        parent.until("worker.started")
+        since_kill = parent.seen[parent.seen.index(died) :]
+        assert [e for e in since_kill if e["event"] == "process.started"] == [restarted]
+        # Child 0's restart is still pending: a signal cancels it, child 1 drains, exit 0.
+        parent.proc.send_signal(signal.SIGTERM)
+        assert parent.exit() == 0
+        after_signal = parent.seen[parent.seen.index(restarted) + 1 :]
+        assert [e["event"] for e in after_signal if e["event"].startswith("process.")] == [
+            "process.exited"
+        ]
+    finally:
+        parent.stop()
+        taken.close()
+
+
+@pytest.mark.process
 def test_a_bad_app_is_one_error_before_any_child_starts() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "worker", "run", "nomodule:app", "--processes", "3"],
@@ -90,21 +195,16 @@ def test_a_bad_app_is_one_error_before_any_child_starts() -> None:
     )
 
 
+@pytest.mark.process
 def test_a_signal_to_the_whole_process_group_reaches_each_child_once() -> None:
     # Ctrl-C in a terminal and systemd signal the whole group; a child that got the signal
     # twice (directly and forwarded) would take it as a second signal and cut its drain.
-    parent = _parent(own_session=True)
-    assert parent.stderr is not None
-    seen: list[dict[str, Any]] = []
-    events = _events(parent.stderr)
+    parent = Parent(own_session=True)
     try:
         for _ in range(2):
-            _until(events, "worker.started", seen)
-        os.killpg(parent.pid, signal.SIGINT)
-        assert parent.wait(timeout=30) == 0
-        seen.extend(events)
+            parent.until("worker.started")
+        os.killpg(parent.proc.pid, signal.SIGINT)
+        assert parent.exit() == 0
     finally:
-        if parent.poll() is None:
-            parent.kill()
-            parent.wait()
-    assert [e["event"] for e in seen].count("signal.received") == 2
+        parent.stop()
+    assert [e["event"] for e in parent.seen].count("signal.received") == 2

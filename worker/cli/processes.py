@@ -5,91 +5,192 @@ counts at thousands of messages a second. The parent starts N children running t
 `lease-worker run` command, each a whole worker with its own leases, and:
 
 - forwards SIGTERM and SIGINT to every child (each drains and releases on its own);
-- restarts a child that dies unasked (crash, OOM kill), after a pause that doubles from 1 s
-  to 30 s while children keep dying within a minute of their start;
+- restarts a child that dies unasked (crash, OOM kill) after a pause of its own: 1 s,
+  doubling to 30 s while that child keeps dying within a minute of its start, back to 1 s
+  once it lived longer. A pending restart is a deadline, not a sleep: the loop goes on
+  reaping and restarting the other children, and a signal cancels it;
 - exits once every child has exited after a signal: 0 if all exited 0, else the highest
   status (a child killed by a signal counts as 128 + its number).
 
-Child i serves metrics on the metrics port + i. The children are plain processes, not forks
-of this one, so nothing of the parent's state is shared.
+Child i gets `LEASE_WORKER_PROCESS_INDEX=i` in its environment and serves metrics on the
+metrics port + i. The children are plain processes, not forks of this one, so nothing of the
+parent's state is shared. They run `python -P -m worker`: without `-P`, `-m` would put the
+current directory first on `sys.path`, and a user's own `worker.py` there would run instead
+of lease-worker (`PYTHONSAFEPATH=1` would do the same, but would also reach every Python
+process a handler starts).
+
+The loop waits in `select` on the pipe that `signal.set_wakeup_fd` writes to, so SIGCHLD,
+SIGTERM and SIGINT wake it at once, and otherwise until the next pending restart is due.
 """
 
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from types import FrameType
 
 import structlog
 
-__all__ = ["run_processes"]
+__all__ = ["INDEX_VARIABLE", "restart_pause", "run_processes"]
+
+#: The environment variable that tells a child its index, 0 to N - 1.
+INDEX_VARIABLE = "LEASE_WORKER_PROCESS_INDEX"
 
 _QUICK_DEATH_S = 60.0
+_FIRST_PAUSE_S = 1.0
 _LONGEST_PAUSE_S = 30.0
+
+
+def restart_pause(previous_s: float | None, lived_s: float) -> float:
+    """The pause before restarting a child that died after `lived_s`; `previous_s` is the
+    pause before its current run (None if it never died)."""
+    if previous_s is None or lived_s > _QUICK_DEATH_S:
+        return _FIRST_PAUSE_S
+    return min(previous_s * 2, _LONGEST_PAUSE_S)
+
+
+@dataclass(slots=True)
+class _Child:
+    index: int
+    process: subprocess.Popen[bytes] | None = None  # None: exited (restart pending or not)
+    started: float = 0.0
+    pause_s: float | None = None
+    restart_at: float | None = None
+
+
+class _Wakeup:
+    """The read end of the pipe Python's C signal handler writes each signal's number to."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    def wait(self, timeout_s: float | None) -> None:
+        select.select([self._fd], [], [], timeout_s)
+        try:
+            while os.read(self._fd, 512):
+                pass
+        except BlockingIOError:
+            pass
+
+
+@contextmanager
+def _signal_wakeup() -> Iterator[_Wakeup]:
+    read_fd, write_fd = os.pipe()
+    for fd in (read_fd, write_fd):
+        os.set_blocking(fd, False)
+    # Only a signal with a Python handler reaches the wakeup fd: SIGCHLD needs one.
+    previous_handler = signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+    previous_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    try:
+        yield _Wakeup(read_fd)
+    finally:
+        signal.set_wakeup_fd(previous_fd)
+        signal.signal(signal.SIGCHLD, previous_handler)
+        os.close(read_fd)
+        os.close(write_fd)
 
 
 class _Fleet:
     def __init__(self, argv: Sequence[str], count: int, metrics_port: int | None) -> None:
         self._argv = list(argv)
         self._metrics_port = metrics_port
-        self._children: dict[int, tuple[subprocess.Popen[bytes], float]] = {}
+        self._children = [_Child(index) for index in range(count)]
         self._stopping = False
-        self._pause = 1.0
         self._worst = 0
         self._log = structlog.get_logger("lease_worker.processes")
-        for index in range(count):
-            self._start(index)
 
-    def _start(self, index: int) -> None:
-        command = [sys.executable, "-m", "worker", *self._argv, "--processes", "1"]
+    def _start(self, child: _Child) -> None:
+        command = [sys.executable, "-P", "-m", "worker", *self._argv, "--processes", "1"]
         if self._metrics_port is not None:
-            command += ["--metrics-port", str(self._metrics_port + index)]
+            command += ["--metrics-port", str(self._metrics_port + child.index)]
         # A session of its own: a signal to our process group (Ctrl-C, systemd) reaches the
         # child once, through us, not twice (a second signal would cut its drain short).
-        child = subprocess.Popen(command, start_new_session=True)
-        self._children[index] = (child, time.monotonic())
-        self._log.info("process.started", index=index, pid=child.pid)
+        env = {**os.environ, INDEX_VARIABLE: str(child.index)}
+        process = subprocess.Popen(command, env=env, start_new_session=True)
+        child.process, child.started, child.restart_at = process, time.monotonic(), None
+        self._log.info("process.started", index=child.index, pid=process.pid)
 
     def signal_all(self, signum: int, frame: FrameType | None = None) -> None:
         self._stopping = True
-        for child, _ in self._children.values():
-            if child.poll() is None:
-                child.send_signal(signum)
+        for child in self._children:
+            if child.process is not None and child.process.poll() is None:
+                child.process.send_signal(signum)
 
-    def wait(self) -> int:
-        while self._children:
-            pid, status = os.wait()
-            index = next((i for i, (c, _) in self._children.items() if c.pid == pid), None)
-            if index is None:
-                continue
-            child, started = self._children.pop(index)
-            child.returncode = os.waitstatus_to_exitcode(status)
-            code = child.returncode if child.returncode >= 0 else 128 - child.returncode
-            self._exited(index, pid, code, started)
-        return self._worst
+    def run(self, wakeup: _Wakeup) -> int:
+        for child in self._children:
+            if not self._stopping:
+                self._start(child)
+        while True:
+            self._reap()
+            self._restart_due()
+            if not self._running():
+                return self._worst
+            wakeup.wait(self._next_restart_in())
 
-    def _exited(self, index: int, pid: int, code: int, started: float) -> None:
+    def _running(self) -> bool:
+        return any(
+            child.process is not None or (child.restart_at is not None and not self._stopping)
+            for child in self._children
+        )
+
+    def _next_restart_in(self) -> float | None:
+        due = [child.restart_at for child in self._children if child.restart_at is not None]
+        return max(0.0, min(due) - time.monotonic()) if due else None
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:  # no child left at all
+                return
+            if pid == 0:
+                return
+            child = next((c for c in self._children if c.process and c.process.pid == pid), None)
+            if child is not None:
+                self._exited(child, status)
+
+    def _exited(self, child: _Child, status: int) -> None:
+        assert child.process is not None
+        process, child.process = child.process, None
+        process.returncode = os.waitstatus_to_exitcode(status)
+        code = process.returncode if process.returncode >= 0 else 128 - process.returncode
         if self._stopping or code == 0:
             self._worst = max(self._worst, code)
-            self._log.info("process.exited", index=index, pid=pid, status=code)
+            self._log.info("process.exited", index=child.index, pid=process.pid, status=code)
             return
-        lived = time.monotonic() - started
-        self._pause = 1.0 if lived > _QUICK_DEATH_S else min(self._pause * 2, _LONGEST_PAUSE_S)
+        now = time.monotonic()
+        child.pause_s = restart_pause(child.pause_s, now - child.started)
+        child.restart_at = now + child.pause_s
         self._log.warning(
-            "process.died", index=index, pid=pid, status=code, restart_in_s=self._pause
+            "process.died",
+            index=child.index,
+            pid=process.pid,
+            status=code,
+            restart_in_s=child.pause_s,
         )
-        time.sleep(self._pause)  # a signal during the pause still reaches the others
-        if not self._stopping:
-            self._start(index)
+
+    def _restart_due(self) -> None:
+        now = time.monotonic()
+        for child in self._children:
+            if child.restart_at is None:
+                continue
+            if self._stopping:
+                child.restart_at = None
+            elif child.restart_at <= now:
+                self._start(child)
 
 
 def run_processes(argv: Sequence[str], count: int, metrics_port: int | None) -> int:
     """Run `count` children of `lease-worker <argv>` until they have all exited."""
     fleet = _Fleet(argv, count, metrics_port)
-    signal.signal(signal.SIGTERM, fleet.signal_all)
-    signal.signal(signal.SIGINT, fleet.signal_all)
-    return fleet.wait()
+    with _signal_wakeup() as wakeup:
+        signal.signal(signal.SIGTERM, fleet.signal_all)
+        signal.signal(signal.SIGINT, fleet.signal_all)
+        return fleet.run(wakeup)
