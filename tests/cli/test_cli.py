@@ -327,6 +327,23 @@ def test_command_line_beats_environment(tmp_path: Path) -> None:
     assert (config["max_in_flight"], config["grace_s"], config["visibility_s"]) == (3, 2.0, 15)
 
 
+@pytest.mark.parametrize(
+    ("value", "adaptive"),
+    [("1", True), ("true", True), ("Yes", True), ("on", True), ("0", False), ("false", False)],
+)
+def test_a_switch_from_the_environment_takes_the_usual_spellings(
+    tmp_path: Path, value: str, adaptive: bool
+) -> None:
+    # Once any value but "1" silently meant off: LEASE_WORKER_ADAPTIVE=true ran without it.
+    _, report = run_app(tmp_path, LEASE_WORKER_ADAPTIVE=value)
+    assert report["config"]["adaptive"] is adaptive
+
+
+def test_a_switch_from_the_environment_refuses_other_values() -> None:
+    run = lease_worker("run", APP, env=child_env(LEASE_WORKER_ADAPTIVE="maybe"))
+    assert_usage_error(run, "LEASE_WORKER_ADAPTIVE='maybe': use 1/0, true/false, yes/no or on/off")
+
+
 def test_log_level_from_environment_filters_events(tmp_path: Path) -> None:
     run, _ = run_app(tmp_path, LEASE_WORKER_LOG_LEVEL="warning")
     # A clean start and stop logs nothing at warning or above.

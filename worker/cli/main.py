@@ -19,7 +19,7 @@ from worker.cli import run as run_command
 from worker.cli import serve as serve_command
 from worker.cli.loader import load_app
 from worker.cli.logging import configure_logging
-from worker.cli.options import check_env_choices
+from worker.cli.options import check_env_values
 from worker.errors import ConfigError, FatalBackendError
 
 __all__ = ["build_parser", "load_app", "main"]
@@ -41,10 +41,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "serve-sqs":
-        check_env_choices(parser, args, serve_command.OPTIONS)
+        check_env_values(parser, args, serve_command.OPTIONS)
         return serve_command.main(args)
     options = [option for group in run_command.OPTIONS.values() for option in group]
-    check_env_choices(parser, args, options)
+    check_env_values(parser, args, options)
     try:
         configure_logging(fmt=args.log_format, level=args.log_level)
         return run_command.run(args, argv if argv is not None else sys.argv[1:])
