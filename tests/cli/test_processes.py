@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
-from worker.cli.processes import restart_pause
+from worker.cli.processes import _Fleet, restart_pause
 
 ROOT = Path(__file__).resolve().parents[2]
 WAIT_S = 30.0
@@ -208,3 +209,24 @@ def test_a_signal_to_the_whole_process_group_reaches_each_child_once() -> None:
     finally:
         parent.stop()
     assert [e["event"] for e in parent.seen].count("signal.received") == 2
+
+
+def test_a_child_that_cannot_be_started_is_retried_after_its_pause(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Out of processes or memory, Popen raises: once that ended the parent, its other
+    # children left running unwatched.
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(subprocess, "Popen", refuse)
+    fleet = _Fleet(["run", "tests.apps.idle_app:app"], 1, None)
+    [child] = fleet._children
+    with capture_logs() as logs:
+        fleet._start(child)
+        fleet._start(child)
+    assert child.process is None and child.pause_s == 2.0 and child.restart_at is not None
+    assert [(e["event"], e["restart_in_s"]) for e in logs] == [
+        ("process.start_failed", 1.0),
+        ("process.start_failed", 2.0),
+    ]

@@ -113,15 +113,26 @@ class _Fleet:
         # A session of its own: a signal to our process group (Ctrl-C, systemd) reaches the
         # child once, through us, not twice (a second signal would cut its drain short).
         env = {**os.environ, INDEX_VARIABLE: str(child.index)}
-        process = subprocess.Popen(command, env=env, start_new_session=True)
-        child.process, child.started, child.restart_at = process, time.monotonic(), None
+        child.restart_at = None
+        try:
+            process = subprocess.Popen(command, env=env, start_new_session=True)
+        except OSError as error:  # out of processes or memory: try again later, like a crash
+            pause_s = self._schedule_restart(child, lived_s=0.0)
+            self._log.error(
+                "process.start_failed", index=child.index, error=str(error), restart_in_s=pause_s
+            )
+            return
+        child.process, child.started = process, time.monotonic()
         self._log.info("process.started", index=child.index, pid=process.pid)
 
     def signal_all(self, signum: int, frame: FrameType | None = None) -> None:
         self._stopping = True
         for child in self._children:
-            if child.process is not None and child.process.poll() is None:
-                child.process.send_signal(signum)
+            if child.process is not None:
+                # os.kill, not Popen.send_signal: its poll() would reap a child that just
+                # died, here in the handler, and _reap would never see it go. Until _reap
+                # waits for it the pid stays ours, so it cannot name another process.
+                os.kill(child.process.pid, signum)
 
     def run(self, wakeup: _Wakeup) -> int:
         for child in self._children:
@@ -165,16 +176,15 @@ class _Fleet:
             self._worst = max(self._worst, code)
             self._log.info("process.exited", index=child.index, pid=process.pid, status=code)
             return
-        now = time.monotonic()
-        child.pause_s = restart_pause(child.pause_s, now - child.started)
-        child.restart_at = now + child.pause_s
+        pause_s = self._schedule_restart(child, lived_s=time.monotonic() - child.started)
         self._log.warning(
-            "process.died",
-            index=child.index,
-            pid=process.pid,
-            status=code,
-            restart_in_s=child.pause_s,
+            "process.died", index=child.index, pid=process.pid, status=code, restart_in_s=pause_s
         )
+
+    def _schedule_restart(self, child: _Child, *, lived_s: float) -> float:
+        child.pause_s = restart_pause(child.pause_s, lived_s)
+        child.restart_at = time.monotonic() + child.pause_s
+        return child.pause_s
 
     def _restart_due(self) -> None:
         now = time.monotonic()
