@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import re
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
@@ -18,14 +17,12 @@ from worker.config import ErrorPolicy, OnError
 from worker.errors import ConfigError, RegistrationError
 from worker.message import Message
 from worker.middleware import Middleware
+from worker.rules import QUEUE_NAME_RULE, is_queue_name, queue_name
 
 __all__ = ["Decoder", "HandlerFunc", "HandlerSpec", "Registry", "resolve_decoder"]
 
 Decoder: TypeAlias = Callable[[str], Any]
 HandlerFunc: TypeAlias = Callable[[Message], Awaitable[None]] | Callable[[Message], None]
-
-#: SQS queue names: 1-80 characters, alphanumerics, hyphens and underscores (+ ".fifo").
-_QUEUE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,80}(\.fifo)?$")
 
 
 def _raw(body: str) -> str:
@@ -123,9 +120,6 @@ def _is_async(func: Any) -> bool:
 def _check_queue(queue: object) -> None:
     if not isinstance(queue, str):
         raise RegistrationError(f"queue must be a string (a name or URL), got {queue!r}")
-    name = queue.rstrip("/").rsplit("/", 1)[-1] if "://" in queue else queue
-    if not _QUEUE_NAME.match(name):
-        raise RegistrationError(
-            f"queue {queue!r}: a queue name has 1-80 letters, digits, '-' or '_' "
-            "(and '.fifo' for a FIFO queue)"
-        )
+    # The backend would refuse the name at the first receive; refusing it here says so at import.
+    if not is_queue_name(queue_name(queue)):
+        raise RegistrationError(f"queue {queue!r}: a queue name has {QUEUE_NAME_RULE}")
