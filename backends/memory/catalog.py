@@ -3,8 +3,9 @@
 The rules of queues, as SQS keeps them and as this engine enforces them (strict where SQS is
 strict; what a request must be is checked by `backends.memory.rules`):
 
-- Every call takes a queue by name or by its URL, `http://memory.invalid/000000000000/<name>`.
-  An unknown queue raises `QueueNotFound`.
+- Every call takes a queue by name or by a URL that ends in its name (`worker.rules`), such as
+  the one `create_queue` returns, `http://memory.invalid/000000000000/<name>`. An unknown
+  queue raises `QueueNotFound`.
 - Creating an existing queue with the same attributes returns its URL; with other attributes
   it fails (`QueueAlreadyExists`). A name cannot be reused for 60 s after its deletion
   (`AWS.SimpleQueueService.QueueDeletedRecently`); a queue can be purged once per 60 s
@@ -28,12 +29,12 @@ from backends.memory.config import QueueConfig
 from backends.memory.queue import Queue, QueueCounts
 from backends.memory.rules import (
     SQS_DIALECT,
-    SQS_PREFIX,
     Dialect,
     check_attributes,
     check_queue_name,
     fail,
 )
+from worker import rules
 from worker.clock import Clock
 from worker.errors import QueueNotFound
 from worker.types import QueueInfo, QueueSpec, RedrivePolicy
@@ -78,8 +79,8 @@ class QueueCatalog:
 
     @staticmethod
     def queue_name(queue: str) -> str:
-        """The name in `queue` (a name or this engine's URL); does not check it exists."""
-        return queue.removeprefix(QUEUE_URL_PREFIX)
+        """The name in `queue` (a name or a URL); does not check it exists."""
+        return rules.queue_name(queue)
 
     def queue_url(self, queue: str) -> str:
         return self._queue(queue, "GetQueueUrl").config.url
@@ -106,7 +107,7 @@ class QueueCatalog:
         check_attributes(config, self.dialect)
         deleted_at = self._deleted_at.get(config.name)
         if deleted_at is not None and self.clock.now() - deleted_at < _RECREATE_AFTER_S:
-            fail("CreateQueue", config.name, SQS_PREFIX + "QueueDeletedRecently", "wait 60 s")
+            fail("CreateQueue", config.name, rules.legacy_code("QueueDeletedRecently"), "wait 60 s")
         if config.redrive is not None:
             self._check_dead_letter_queue(config, "CreateQueue")
 
@@ -177,7 +178,12 @@ class QueueCatalog:
         state = self._queue(queue, "PurgeQueue")
         now = self.clock.now()
         if state.last_purge_at is not None and now - state.last_purge_at < _PURGE_EVERY_S:
-            fail("PurgeQueue", state.config.name, SQS_PREFIX + "PurgeQueueInProgress", "wait 60 s")
+            fail(
+                "PurgeQueue",
+                state.config.name,
+                rules.legacy_code("PurgeQueueInProgress"),
+                "wait 60 s",
+            )
         state.purge(now)
         self._notify(state.config.name)
 
@@ -218,7 +224,7 @@ class QueueCatalog:
                 f"queue {name!r} does not exist",
                 operation=operation,
                 queue=name,
-                code=SQS_PREFIX + "NonExistentQueue",
+                code=rules.legacy_code("NonExistentQueue"),
             )
         return state
 

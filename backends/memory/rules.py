@@ -5,8 +5,11 @@ The rules, as SQS keeps them and as these checks enforce them (strict where SQS 
 refused call raises `FatalBackendError` with SQS's code; a refused entry is a (code, reason)
 that the engine reports as an `EntryFailure`.
 
+Queue names, entry ids, the characters of a body and the spelling of error codes follow
+`worker.rules`, which the registry and the SQS client keep too.
+
 Queues
-- A name is 1-80 characters of `[A-Za-z0-9_-]`, a `.fifo` suffix making a FIFO queue.
+- A name is a queue name by `worker.rules`, a `.fifo` suffix making a FIFO queue.
 - A redrive policy's maxReceiveCount is 1-1,000.
 
 Messages
@@ -16,12 +19,11 @@ Messages
   deduplication id (explicit, or by ContentBasedDeduplication) is required. Standard queues
   refuse a deduplication id.
 - A body is 1 or more characters SQS accepts (`InvalidMessageContents` otherwise); a batch
-  of more than 1 MiB in all fails whole (`AWS.SimpleQueueService.BatchRequestTooLong`).
+  of more than 1 MiB in all fails whole (`BatchRequestTooLong`).
 
 Batches
-- Send, change-visibility and delete take 1-10 entries with distinct ids of 1-80
-  `[A-Za-z0-9_-]` characters, else the whole call fails (`FatalBackendError`, SQS's code). A
-  receive takes 1-10.
+- Send, change-visibility and delete take 1-10 entries with distinct, valid ids, else the
+  whole call fails (`FatalBackendError`, SQS's code). A receive takes 1-10.
 
 Only the SQS dialect is implemented. `Dialect` holds the numbers that differ between services
 and the engine reads every one of them; a later Alibaba Cloud SMQ dialect (batches of 16,
@@ -38,11 +40,18 @@ from typing import NoReturn
 from backends.memory.config import QueueConfig
 from backends.memory.dialects import SQS_DIALECT, Dialect
 from worker.errors import FatalBackendError
+from worker.rules import (
+    ENTRY_ID_RULE,
+    QUEUE_NAME_RULE,
+    is_entry_id,
+    is_message_text,
+    is_queue_name,
+    legacy_code,
+)
 from worker.types import OutgoingMessage
 
 __all__ = [
     "SQS_DIALECT",
-    "SQS_PREFIX",
     "Dialect",
     "check_attributes",
     "check_batch",
@@ -54,13 +63,7 @@ __all__ = [
     "visibility_problem",
 ]
 
-#: The prefix of SQS's legacy error codes (`AWS.SimpleQueueService.NonExistentQueue`).
-SQS_PREFIX = "AWS.SimpleQueueService."
-_QUEUE_NAME = re.compile(r"(?=.{1,80}\Z)[A-Za-z0-9_-]+(\.fifo)?\Z")
-_ENTRY_ID = re.compile(r"[A-Za-z0-9_-]{1,80}\Z")
 _FIFO_ID = re.compile(r"[!-~]{1,128}\Z")
-# The characters SQS accepts in a body (XML 1.0's), negated.
-_BAD_BODY = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
 def fail(operation: str, queue: str, code: str, reason: str) -> NoReturn:
@@ -70,8 +73,8 @@ def fail(operation: str, queue: str, code: str, reason: str) -> NoReturn:
 
 
 def check_queue_name(name: str) -> None:
-    if not _QUEUE_NAME.match(name):
-        fail("CreateQueue", name, "InvalidParameterValue", "invalid queue name")
+    if not is_queue_name(name):
+        fail("CreateQueue", name, "InvalidParameterValue", f"a queue name has {QUEUE_NAME_RULE}")
 
 
 def check_attributes(config: QueueConfig, dialect: Dialect, operation: str = "CreateQueue") -> None:
@@ -102,18 +105,18 @@ def check_attributes(config: QueueConfig, dialect: Dialect, operation: str = "Cr
 def check_batch(operation: str, queue: str, ids: Sequence[str], dialect: Dialect) -> None:
     """Whole-call checks of a batch, in the order SQS makes them."""
     if not ids:
-        fail(operation, queue, SQS_PREFIX + "EmptyBatchRequest", "no entries")
+        fail(operation, queue, legacy_code("EmptyBatchRequest"), "no entries")
     if len(ids) > dialect.max_batch_entries:
         fail(
             operation,
             queue,
-            SQS_PREFIX + "TooManyEntriesInBatchRequest",
+            legacy_code("TooManyEntriesInBatchRequest"),
             f"{len(ids)} entries, at most {dialect.max_batch_entries}",
         )
-    if not all(_ENTRY_ID.match(entry_id) for entry_id in ids):
-        fail(operation, queue, SQS_PREFIX + "InvalidBatchEntryId", "ids are 1-80 of [A-Za-z0-9_-]")
+    if not all(is_entry_id(entry_id) for entry_id in ids):
+        fail(operation, queue, legacy_code("InvalidBatchEntryId"), f"ids are {ENTRY_ID_RULE}")
     if len(set(ids)) != len(ids):
-        fail(operation, queue, SQS_PREFIX + "BatchEntryIdsNotDistinct", "entry ids repeat")
+        fail(operation, queue, legacy_code("BatchEntryIdsNotDistinct"), "entry ids repeat")
 
 
 def check_send_batch(queue: str, messages: Sequence[OutgoingMessage], dialect: Dialect) -> None:
@@ -121,7 +124,7 @@ def check_send_batch(queue: str, messages: Sequence[OutgoingMessage], dialect: D
     operation = "SendMessageBatch"
     check_batch(operation, queue, [m.entry_id for m in messages], dialect)
     if sum(_size(m) for m in messages) > dialect.max_message_bytes:
-        fail(operation, queue, SQS_PREFIX + "BatchRequestTooLong", "batch too large")
+        fail(operation, queue, legacy_code("BatchRequestTooLong"), "batch too large")
 
 
 def check_receive(queue: str, max_messages: int, visibility_s: int, dialect: Dialect) -> None:
@@ -146,7 +149,7 @@ def send_problem(
     """Why SQS would refuse this entry of a send batch: (code, reason), or None."""
     if not message.body:
         return "MissingParameter", "MessageBody is required"
-    if _BAD_BODY.search(message.body):
+    if not is_message_text(message.body):
         return "InvalidMessageContents", "the body holds characters SQS does not accept"
     if message.delay_s is not None and not 0 <= message.delay_s <= dialect.max_delay_s:
         return "InvalidParameterValue", f"DelaySeconds={message.delay_s}"

@@ -29,7 +29,6 @@ Rate exceeded`` and carries `operation`, `queue` and `code`.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -54,12 +53,10 @@ from worker.errors import (
     QueueNotFound,
     TransientBackendError,
 )
+from worker.rules import ENTRY_ID_RULE, bare_code, is_entry_id
 
 __all__ = ["check_entry_ids", "check_receive", "check_visibility", "classify_code", "map_error"]
 
-_ENTRY_ID = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
-
-_QUERY_PREFIX = "AWS.SimpleQueueService."
 _MAX_DETAIL = 300
 
 _THROTTLING = frozenset(
@@ -108,13 +105,9 @@ _DENIED = frozenset(
 )
 
 
-def _bare(code: str) -> str:
-    return code.removeprefix(_QUERY_PREFIX)
-
-
 def classify_code(codes: tuple[str, ...], status: int | None = None) -> type[BackendError]:
     """The error class for a service error with these codes (any spelling) and HTTP status."""
-    bare = {_bare(code) for code in codes if code}
+    bare = {bare_code(code) for code in codes if code}
     if bare & _THROTTLING:
         return TransientBackendError
     if bare & _OVER_LIMIT:
@@ -188,10 +181,8 @@ def check_entry_ids(operation: str, ids: Sequence[str], limit: int) -> None:
     if len(set(ids)) != len(ids):
         raise ValueError(f"{operation}: entry ids must be distinct, got {sorted(ids)}")
     for entry_id in ids:
-        if not _ENTRY_ID.match(entry_id):
-            raise ValueError(
-                f"{operation}: entry id {entry_id!r} must be 1-80 letters, digits, '-' or '_'"
-            )
+        if not is_entry_id(entry_id):
+            raise ValueError(f"{operation}: entry id {entry_id!r} must be {ENTRY_ID_RULE}")
 
 
 def check_visibility(operation: str, visibility_s: int, limits: Limits) -> None:

@@ -13,8 +13,8 @@ from types import MappingProxyType
 
 from aiobotocore.config import AioConfig
 
-from backends.sqs.wire import is_url
 from worker.errors import ConfigError
+from worker.rules import is_url
 
 __all__ = ["DEFAULT_SYSTEM_ATTRIBUTES", "SqsSettings"]
 

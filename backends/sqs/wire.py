@@ -3,6 +3,8 @@
 Pure conversions: no client and no I/O here (`backends.sqs` makes the calls). Rules this
 module keeps:
 - A batch call's per-entry failures come back as `EntryFailure` values.
+- A queue's name and URL are told apart by `worker.rules` (`is_url`, `queue_name`, passed on
+  from here for `backends.sqs.backend`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
+from worker.rules import is_url, queue_name, queue_name_in_arn
 from worker.types import (
     BatchResult,
     Deletion,
@@ -106,20 +109,12 @@ def send_entry(message: OutgoingMessage) -> dict[str, Any]:
     return entry
 
 
-def queue_name(queue: str) -> str:
-    return queue.rstrip("/").rsplit("/", 1)[-1]
-
-
-def is_url(queue: str) -> bool:
-    return queue.startswith(("https://", "http://"))
-
-
 def _redrive_from_wire(raw: str | None) -> RedrivePolicy | None:
     if not raw:
         return None
     policy = json.loads(raw)
     return RedrivePolicy(
-        dead_letter_queue=str(policy["deadLetterTargetArn"]).rsplit(":", 1)[-1],
+        dead_letter_queue=queue_name_in_arn(str(policy["deadLetterTargetArn"])),
         max_receive_count=int(policy["maxReceiveCount"]),
     )
 

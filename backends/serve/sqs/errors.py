@@ -17,35 +17,35 @@ from collections.abc import Mapping
 from typing import Any
 
 from worker.errors import BackendError, FatalBackendError, OverLimit
+from worker.rules import bare_code, legacy_code
 from worker.types import EntryFailure
 
 __all__ = ["SqsError", "entry_failure_to_wire", "render_error"]
 
-_SQS = "AWS.SimpleQueueService."
 #: Legacy code without prefix -> (shape of SQS's model, legacy code, HTTP status).
 _ERRORS: Mapping[str, tuple[str, str, int]] = {
-    "NonExistentQueue": ("QueueDoesNotExist", _SQS + "NonExistentQueue", 400),
-    "QueueDoesNotExist": ("QueueDoesNotExist", _SQS + "NonExistentQueue", 400),
+    "NonExistentQueue": ("QueueDoesNotExist", legacy_code("NonExistentQueue"), 400),
+    "QueueDoesNotExist": ("QueueDoesNotExist", legacy_code("NonExistentQueue"), 400),
     "QueueAlreadyExists": ("QueueNameExists", "QueueAlreadyExists", 400),
-    "QueueDeletedRecently": ("QueueDeletedRecently", _SQS + "QueueDeletedRecently", 400),
-    "PurgeQueueInProgress": ("PurgeQueueInProgress", _SQS + "PurgeQueueInProgress", 403),
+    "QueueDeletedRecently": ("QueueDeletedRecently", legacy_code("QueueDeletedRecently"), 400),
+    "PurgeQueueInProgress": ("PurgeQueueInProgress", legacy_code("PurgeQueueInProgress"), 403),
     "OverLimit": ("OverLimit", "OverLimit", 403),
     "ReceiptHandleIsInvalid": ("ReceiptHandleIsInvalid", "ReceiptHandleIsInvalid", 404),
-    "MessageNotInflight": ("MessageNotInflight", _SQS + "MessageNotInflight", 400),
-    "EmptyBatchRequest": ("EmptyBatchRequest", _SQS + "EmptyBatchRequest", 400),
-    "InvalidBatchEntryId": ("InvalidBatchEntryId", _SQS + "InvalidBatchEntryId", 400),
-    "BatchRequestTooLong": ("BatchRequestTooLong", _SQS + "BatchRequestTooLong", 400),
+    "MessageNotInflight": ("MessageNotInflight", legacy_code("MessageNotInflight"), 400),
+    "EmptyBatchRequest": ("EmptyBatchRequest", legacy_code("EmptyBatchRequest"), 400),
+    "InvalidBatchEntryId": ("InvalidBatchEntryId", legacy_code("InvalidBatchEntryId"), 400),
+    "BatchRequestTooLong": ("BatchRequestTooLong", legacy_code("BatchRequestTooLong"), 400),
     "BatchEntryIdsNotDistinct": (
         "BatchEntryIdsNotDistinct",
-        _SQS + "BatchEntryIdsNotDistinct",
+        legacy_code("BatchEntryIdsNotDistinct"),
         400,
     ),
     "TooManyEntriesInBatchRequest": (
         "TooManyEntriesInBatchRequest",
-        _SQS + "TooManyEntriesInBatchRequest",
+        legacy_code("TooManyEntriesInBatchRequest"),
         400,
     ),
-    "UnsupportedOperation": ("UnsupportedOperation", _SQS + "UnsupportedOperation", 400),
+    "UnsupportedOperation": ("UnsupportedOperation", legacy_code("UnsupportedOperation"), 400),
     "InvalidAddress": ("InvalidAddress", "InvalidAddress", 404),
     "InternalError": ("InternalError", "InternalError", 500),
 }
@@ -68,7 +68,7 @@ class SqsError(Exception):
 
 def render_error(error: SqsError) -> tuple[int, str, dict[str, str]]:
     """(HTTP status, `x-amzn-query-error` header, JSON body) for `error`."""
-    bare = error.code.removeprefix(_SQS)
+    bare = bare_code(error.code)
     shape, legacy, status = _ERRORS.get(
         bare, (bare, error.code, 400 if error.sender_fault else 500)
     )

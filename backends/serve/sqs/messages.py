@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 from backends.serve.sqs.errors import SqsError
 from backends.serve.sqs.members import integer, invalid, mapping, missing, string, string_list
+from worker.rules import is_message_text
 from worker.types import MessageAttribute, OutgoingMessage, ReceivedMessage
 
 __all__ = [
@@ -44,8 +45,6 @@ __all__ = [
 _ATTRIBUTE_NAME = re.compile(r"(?!\.)(?!.*\.\.)(?!.*\.\Z)[A-Za-z0-9_.-]{1,256}\Z")
 _RESERVED_PREFIX = re.compile(r"(aws|amazon)\.", re.IGNORECASE)
 _DATA_TYPE = re.compile(r"(String|Number|Binary)(\..{1,250})?\Z", re.DOTALL)
-# The characters SQS accepts in bodies and attribute values (XML 1.0's), negated.
-_BAD_TEXT = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 _MAX_ATTRIBUTES = 10
 
 
@@ -101,7 +100,7 @@ def _attribute_from_wire(name: str, raw: Mapping[str, Any]) -> MessageAttribute:
             raise invalid(member, "Reason: BinaryValue is not base64.") from None
         return MessageAttribute(data_type, binary_value=value)
     text = raw.get("StringValue")
-    if not isinstance(text, str) or not text or _BAD_TEXT.search(text):
+    if not isinstance(text, str) or not text or not is_message_text(text):
         raise invalid(member, "Reason: a String or Number attribute needs a valid StringValue.")
     if data_type.startswith("Number") and not _is_number(text):
         raise invalid(member, "Reason: StringValue is not a number.")

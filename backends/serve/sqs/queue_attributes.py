@@ -17,7 +17,9 @@ from types import MappingProxyType
 from typing import Any
 
 from backends.memory.catalog import UNCHANGED, QueueDescription, Unchanged
+from backends.memory.dialects import SQS_DIALECT
 from backends.serve.sqs.errors import SqsError
+from worker.rules import queue_name_in_arn
 from worker.types import QueueSpec
 from worker.types import RedrivePolicy as Redrive
 
@@ -55,7 +57,10 @@ _KEPT = frozenset(
         "RedriveAllowPolicy", "SqsManagedSseEnabled",
     }
 )  # fmt: skip
-_KEPT_RANGES = {"ReceiveMessageWaitTimeSeconds": (0, 20), "MaximumMessageSize": (1024, 1048576)}
+_KEPT_RANGES = {
+    "ReceiveMessageWaitTimeSeconds": (0, SQS_DIALECT.max_wait_s),
+    "MaximumMessageSize": (1024, SQS_DIALECT.max_message_bytes),
+}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -171,7 +176,7 @@ def _redrive_from_wire(raw: str) -> Redrive | None:
         ) from None
     if not isinstance(target, str) or not target.startswith("arn:"):
         raise SqsError("InvalidParameterValue", reason + "deadLetterTargetArn is not an ARN.")
-    return Redrive(dead_letter_queue=target.rsplit(":", 1)[-1], max_receive_count=count)
+    return Redrive(dead_letter_queue=queue_name_in_arn(target), max_receive_count=count)
 
 
 def queue_attributes_to_wire(
