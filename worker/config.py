@@ -2,6 +2,10 @@
 
 Units are in the names (`visibility_s`). Nothing here reads the environment: only the CLI
 does, and it builds these objects from what it read.
+
+The checks here hold for every backend. What depends on the backend (the longest long poll,
+the longest visibility, the cap counted from a receive) is checked against its `Limits` by
+`worker.core.preflight.check_config` once the backend is known.
 """
 
 from __future__ import annotations
@@ -14,7 +18,8 @@ from worker.errors import ConfigError
 
 __all__ = ["Backoff", "ErrorPolicy", "LeaseConfig", "OnError", "ShutdownConfig", "WorkerConfig"]
 
-#: SQS's longest visibility and its cap on invisibility counted from a receive.
+#: The longest visibility, and cap on invisibility counted from a receive, of every backend
+#: in view (SQS and SMQ: 12 h). A backend's own `Limits` may be lower.
 MAX_VISIBILITY_S = 43_200
 
 
@@ -33,7 +38,23 @@ def _positive(setting: str, value: float) -> None:
     _check(math.isfinite(value) and value > 0, setting, value, "must be a positive number")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+#: The settings of `LeaseConfig` that may be None (left to a rule rather than a number).
+_OPTIONAL = frozenset({"extension_s", "renew_margin_s", "renew_timeout_s"})
+
+
+class _DerivedSeconds(int):
+    """A whole number of seconds worked out from other settings, not given."""
+
+    __slots__ = ()
+
+
+class _DerivedFloat(float):
+    """A number of seconds worked out from other settings, not given."""
+
+    __slots__ = ()
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class LeaseConfig:
     """How leases are held and extended.
 
@@ -42,37 +63,90 @@ class LeaseConfig:
     the visibility to `extension_s` (or, when `adaptive`, the p99 of observed handler
     durations clamped to `adaptive_min_s`..`adaptive_max_s`). No lease outlives
     `max_lease_s` counted from its receive: before that point the handler is cancelled.
+
+    `extension_s` and `renew_margin_s` left out (or None) are worked out from `visibility_s`,
+    so that `LeaseConfig(visibility_s=6)` holds together; read, they are numbers. A value
+    worked out stays worked out: `dataclasses.replace(config, visibility_s=6)` works it out
+    again from 6 rather than keeping the one made for the old visibility (and so does a
+    worked-out value read from one config and passed to another).
     """
 
-    #: Visibility asked for at receive time; the first deadline is receive + this.
-    visibility_s: int = 30
-    #: Visibility set by each renewal (fixed mode).
-    extension_s: int = 30
+    #: Visibility asked for at receive time; the first deadline is receive + this. Default 30.
+    visibility_s: int
+    #: Visibility set by each renewal (fixed mode). Default: `visibility_s`.
+    extension_s: int
     #: Renew this long before the deadline. Must leave room for a call and its retries.
-    renew_margin_s: float = 10.0
-    #: Leases of one queue due within this window of the first one share a batch call.
-    coalesce_window_s: float = 5.0
-    #: Longest a message is held, from its receive; at most SQS's 12 h.
-    max_lease_s: float = MAX_VISIBILITY_S
-    #: Wait between retries of a renewal that failed for a transient reason.
-    retry_interval_s: float = 1.0
+    #: Default: a third of the shorter of `visibility_s` and `extension_s`, at most 10 s.
+    renew_margin_s: float
+    #: Leases of one queue due within this window of the first one share a batch call. Default 5.
+    coalesce_window_s: float
+    #: Longest a message is held, from its receive; at most SQS's 12 h (the default).
+    max_lease_s: float
+    #: Wait between retries of a renewal that failed for a transient reason. Default 1.
+    retry_interval_s: float
     #: A renewal call not answered in this long is abandoned and retried (default: a third
     #: of the margin, so that three tries fit in it). Never later than the lease deadline.
-    renew_timeout_s: float | None = None
+    renew_timeout_s: float | None
     #: Pick the extension from observed handler durations (p99), as Pub/Sub's client does.
-    adaptive: bool = False
-    #: The adaptive extension's clamp; the minimum must exceed `renew_margin_s`.
-    adaptive_min_s: int = 30
-    adaptive_max_s: int = 600
+    adaptive: bool
+    #: The adaptive extension's clamp (default 30..600); the minimum must exceed
+    #: `renew_margin_s`.
+    adaptive_min_s: int
+    adaptive_max_s: int
+
+    def __init__(
+        self,
+        *,
+        visibility_s: int = 30,
+        extension_s: int | None = None,
+        renew_margin_s: float | None = None,
+        coalesce_window_s: float = 5.0,
+        max_lease_s: float = MAX_VISIBILITY_S,
+        retry_interval_s: float = 1.0,
+        renew_timeout_s: float | None = None,
+        adaptive: bool = False,
+        adaptive_min_s: int = 30,
+        adaptive_max_s: int = 600,
+    ) -> None:
+        given = {
+            "visibility_s": visibility_s,
+            "extension_s": extension_s,
+            "renew_margin_s": renew_margin_s,
+            "coalesce_window_s": coalesce_window_s,
+            "max_lease_s": max_lease_s,
+            "retry_interval_s": retry_interval_s,
+            "renew_timeout_s": renew_timeout_s,
+            "adaptive": adaptive,
+            "adaptive_min_s": adaptive_min_s,
+            "adaptive_max_s": adaptive_max_s,
+        }
+        for name, value in given.items():
+            object.__setattr__(self, name, value)
+        self._check_each()
+        self._derive()
+        self._check_together()
 
     @property
     def effective_renew_timeout_s(self) -> float:
         return self.renew_timeout_s or self.renew_margin_s / 3
 
-    def __post_init__(self) -> None:
-        if self.renew_timeout_s is not None:
-            _positive("renew_timeout_s", self.renew_timeout_s)
-        for name in ("visibility_s", "extension_s", "adaptive_min_s", "adaptive_max_s"):
+    def _unset(self, name: str) -> bool:
+        """True for a setting left to its default rule (None: worked out or not used)."""
+        return name in _OPTIONAL and getattr(self, name) is None
+
+    def _derive(self) -> None:
+        # A derived value handed back by `dataclasses.replace` is derived again, not kept.
+        extension: int | None = self.extension_s
+        if extension is None or isinstance(extension, _DerivedSeconds):
+            object.__setattr__(self, "extension_s", _DerivedSeconds(self.visibility_s))
+        margin: float | None = self.renew_margin_s
+        if margin is None or isinstance(margin, _DerivedFloat):
+            shortest = min(self.visibility_s, self.extension_s)
+            object.__setattr__(self, "renew_margin_s", _DerivedFloat(min(10.0, shortest / 3)))
+
+    def _check_each(self) -> None:
+        seconds = ("visibility_s", "extension_s", "adaptive_min_s", "adaptive_max_s")
+        for name in (n for n in seconds if not self._unset(n)):
             value = getattr(self, name)
             _check(
                 isinstance(value, int) and 1 <= value <= MAX_VISIBILITY_S,
@@ -80,7 +154,8 @@ class LeaseConfig:
                 value,
                 f"must be a whole number of seconds from 1 to {MAX_VISIBILITY_S}",
             )
-        for name in ("renew_margin_s", "retry_interval_s", "max_lease_s"):
+        durations = ("renew_margin_s", "renew_timeout_s", "retry_interval_s", "max_lease_s")
+        for name in (n for n in durations if not self._unset(n)):
             _positive(name, getattr(self, name))
         _check(self.coalesce_window_s >= 0, "coalesce_window_s", self.coalesce_window_s, ">= 0")
         _check(
@@ -89,26 +164,37 @@ class LeaseConfig:
             self.max_lease_s,
             f"must be at most {MAX_VISIBILITY_S} (SQS's 12 h cap from receive)",
         )
-        shortest = min(self.visibility_s, self.extension_s)
-        if self.adaptive:
-            shortest = min(shortest, self.adaptive_min_s)
-        _check(
-            self.renew_margin_s < shortest,
-            "renew_margin_s",
-            self.renew_margin_s,
-            f"must be shorter than the shortest visibility it renews ({shortest} s)",
-        )
         _check(
             self.adaptive_min_s <= self.adaptive_max_s,
             "adaptive_min_s",
             self.adaptive_min_s,
             f"must be <= adaptive_max_s ({self.adaptive_max_s})",
         )
+
+    def _check_together(self) -> None:
+        margin = self.renew_margin_s
+        renewed = {"visibility_s": self.visibility_s, "extension_s": self.extension_s}
+        if self.adaptive:
+            renewed["adaptive_min_s"] = self.adaptive_min_s
+        name, shortest = min(renewed.items(), key=lambda item: item[1])
         _check(
-            self.max_lease_s > self.renew_margin_s,
+            margin < shortest,
+            "renew_margin_s",
+            margin,
+            f"must be shorter than {name} ({shortest} s), the shortest visibility it renews",
+        )
+        _check(
+            self.max_lease_s > margin,
             "max_lease_s",
             self.max_lease_s,
-            f"must be longer than renew_margin_s ({self.renew_margin_s})",
+            f"must be longer than renew_margin_s ({margin:g} s)",
+        )
+        # A renewal abandoned at its timeout must leave time, before the deadline, to retry.
+        _check(
+            self.effective_renew_timeout_s < margin,
+            "renew_timeout_s",
+            self.effective_renew_timeout_s,
+            f"must be shorter than renew_margin_s ({margin:g} s), to leave time for a retry",
         )
 
 
@@ -193,7 +279,8 @@ class WorkerConfig:
     shutdown: ShutdownConfig = field(default_factory=ShutdownConfig)
     #: Messages held at once per queue (received and not yet settled).
     max_in_flight: int = 10
-    #: Long-poll wait of each receive, seconds (SQS allows up to 20).
+    #: Long-poll wait of each receive, seconds: at most the backend's `Limits.max_wait_s`
+    #: (SQS 20, SMQ 30), which the worker checks when it knows its backend.
     wait_s: int = 20
     #: A receive, delete or release not answered this long (beyond the long-poll wait) is
     #: abandoned and retried on a new connection. Renewals have their own, shorter bound.
@@ -210,7 +297,7 @@ class WorkerConfig:
 
     def __post_init__(self) -> None:
         _whole("max_in_flight", self.max_in_flight, 1)
-        _whole("wait_s", self.wait_s, 0, 20)
+        _whole("wait_s", self.wait_s, 0)
         _whole("receive_concurrency", self.receive_concurrency, 1, 32)
         _whole("sync_threads", self.sync_threads, 1)
         _check(

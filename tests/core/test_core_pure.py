@@ -165,8 +165,8 @@ def test_invalid_lease_config_names_the_setting(kwargs: dict[str, object], fragm
 def test_invalid_worker_config() -> None:
     with pytest.raises(ConfigError, match="max_in_flight=0"):
         WorkerConfig(max_in_flight=0)
-    with pytest.raises(ConfigError, match="wait_s=21"):
-        WorkerConfig(wait_s=21)
+    with pytest.raises(ConfigError, match="wait_s=-1"):
+        WorkerConfig(wait_s=-1)
     with pytest.raises(ConfigError, match="grace_s=-1"):
         ShutdownConfig(grace_s=-1)
     with pytest.raises(ConfigError, match="on_error='sometimes'"):
@@ -280,6 +280,13 @@ def test_preflight_warns_when_the_dlq_comes_before_the_backoff_maximum() -> None
     policy = ErrorPolicy(on_error=OnError.BACKOFF, backoff=Backoff(base_s=5, factor=2, max_s=900))
     [warning] = check_queue(_spec(policy).policy, _info(dlq=True), LeaseConfig())
     assert "maxReceiveCount=3" in warning and "20 s" in warning
+
+
+def test_preflight_warns_about_backoff_without_a_dlq() -> None:
+    # Defect: a backoff policy on a queue without a DLQ retried for ever, without a word.
+    policy = ErrorPolicy(on_error=OnError.BACKOFF)
+    [warning] = check_queue(_spec(policy).policy, _info(dlq=False), LeaseConfig())
+    assert "no dead-letter queue" in warning and "'backoff'" in warning
 
 
 def test_preflight_warns_about_a_visibility_timeout_within_the_margin() -> None:

@@ -1,38 +1,46 @@
-"""Start-up checks: settings that cannot work with a queue as it is configured.
+"""Start-up checks: settings that cannot work with the backend or with a queue as it is.
 
-Pure: from a handler's settings and the queue's attributes to a list of warnings, each one
-line that says what will go wrong and what to change. The worker still starts: these are
-often deliberate in tests and migrations.
+Pure: from the settings, the backend's `Limits` and the queue's attributes to an error or a
+list of warnings.
+
+- `check_config` refuses settings the backend cannot honour (`ConfigError`, naming the setting
+  and the backend's limit): `WorkerConfig` checks only what holds for every backend.
+- `check_queue` warns, one line each saying what will go wrong and what to change; the worker
+  still starts, since these are often deliberate in tests and migrations.
 """
 
 from __future__ import annotations
 
-from worker.config import ErrorPolicy, LeaseConfig, OnError
+from worker.backend import Limits
+from worker.config import ErrorPolicy, LeaseConfig, OnError, WorkerConfig
+from worker.errors import ConfigError
 from worker.types import QueueInfo
 
-__all__ = ["check_queue"]
+__all__ = ["check_config", "check_queue"]
+
+
+def check_config(config: WorkerConfig, limits: Limits) -> None:
+    """Raise `ConfigError` for the first setting of `config` over the backend's `limits`."""
+    lease = config.lease
+    bounds = [
+        ("wait_s", config.wait_s, "max_wait_s"),
+        ("visibility_s", lease.visibility_s, "max_visibility_s"),
+        ("extension_s", lease.extension_s, "max_visibility_s"),
+        ("max_lease_s", lease.max_lease_s, "max_lease_s"),
+    ]
+    if lease.adaptive:
+        bounds.append(("adaptive_max_s", lease.adaptive_max_s, "max_visibility_s"))
+    for setting, value, limit_name in bounds:
+        limit: int = getattr(limits, limit_name)
+        if value > limit:
+            raise ConfigError(
+                f"{setting}={value!r}: must be at most {limit}, the backend's {limit_name}"
+            )
 
 
 def check_queue(policy: ErrorPolicy, info: QueueInfo, lease: LeaseConfig) -> list[str]:
     """Warnings for a handler with error `policy` on the queue `info` describes."""
-    warnings: list[str] = []
-    redrive = info.redrive
-    if policy.on_error is OnError.EXPIRE and redrive is None:
-        warnings.append(
-            f"queue {info.name!r} has no dead-letter queue but the handler's error policy is "
-            "'expire': a message that always fails is received again and again until the "
-            "retention period ends; add a RedrivePolicy"
-        )
-    if policy.on_error is OnError.BACKOFF and redrive is not None:
-        backoff = policy.backoff
-        last = backoff.delay_s(redrive.max_receive_count)
-        if last < backoff.max_s:
-            warnings.append(
-                f"queue {info.name!r}: maxReceiveCount={redrive.max_receive_count} sends a "
-                f"message to {redrive.dead_letter_queue!r} after a backoff of at most "
-                f"{last:g} s, before the schedule reaches max_s={backoff.max_s:g} s; raise "
-                "maxReceiveCount or shorten the schedule"
-            )
+    warnings = _redrive_warnings(policy, info)
     if info.visibility_timeout_s <= lease.renew_margin_s:
         warnings.append(
             f"queue {info.name!r}: VisibilityTimeout={info.visibility_timeout_s} s is not "
@@ -45,3 +53,24 @@ def check_queue(policy: ErrorPolicy, info: QueueInfo, lease: LeaseConfig) -> lis
             f"blocks its group for up to extension_s={lease.extension_s} s on every failure"
         )
     return warnings
+
+
+def _redrive_warnings(policy: ErrorPolicy, info: QueueInfo) -> list[str]:
+    redrive = info.redrive
+    if redrive is None and policy.on_error in (OnError.EXPIRE, OnError.BACKOFF):
+        return [
+            f"queue {info.name!r} has no dead-letter queue but the handler's error policy is "
+            f"{policy.on_error.value!r}: a message that always fails is received again and "
+            "again until the retention period ends; add a RedrivePolicy"
+        ]
+    if policy.on_error is OnError.BACKOFF and redrive is not None:
+        backoff = policy.backoff
+        last = backoff.delay_s(redrive.max_receive_count)
+        if last < backoff.max_s:
+            return [
+                f"queue {info.name!r}: maxReceiveCount={redrive.max_receive_count} sends a "
+                f"message to {redrive.dead_letter_queue!r} after a backoff of at most "
+                f"{last:g} s, before the schedule reaches max_s={backoff.max_s:g} s; raise "
+                "maxReceiveCount or shorten the schedule"
+            ]
+    return []
