@@ -30,6 +30,7 @@ from backends.sqs.errors import check_entry_ids, check_receive, check_visibility
 from backends.sqs.settings import DEFAULT_SYSTEM_ATTRIBUTES, SqsSettings
 from worker.backend import Limits
 from worker.errors import ConfigError, QueueNotFound
+from worker.rules import is_url, queue_name
 from worker.types import (
     BatchResult,
     Deletion,
@@ -183,7 +184,7 @@ class SqsBackend:
         return response
 
     async def _url(self, queue: str) -> str:
-        if wire.is_url(queue):
+        if is_url(queue):
             return queue
         url = self._known.get(queue) or self._urls.get(queue)
         if url is None:
@@ -252,9 +253,7 @@ class SqsBackend:
         response = await self._call(
             "GetQueueAttributes", queue, QueueUrl=url, AttributeNames=["All"]
         )
-        return wire.queue_info_from_wire(
-            wire.queue_name(url), url, response.get("Attributes") or {}
-        )
+        return wire.queue_info_from_wire(queue_name(url), url, response.get("Attributes") or {})
 
     async def _arn(self, queue: str) -> str:
         url = await self._url(queue)

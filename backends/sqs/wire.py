@@ -3,8 +3,7 @@
 Pure conversions: no client and no I/O here (`backends.sqs` makes the calls). Rules this
 module keeps:
 - A batch call's per-entry failures come back as `EntryFailure` values.
-- A queue's name and URL are told apart by `worker.rules` (`is_url`, `queue_name`, passed on
-  from here for `backends.sqs.backend`).
+- A queue's name in an ARN is read by `worker.rules`.
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
-from worker.rules import is_url, queue_name, queue_name_in_arn
+from worker.rules import queue_name_in_arn
 from worker.types import (
     BatchResult,
     Deletion,
@@ -31,10 +30,8 @@ __all__ = [
     "batch_result",
     "change_entries",
     "delete_entries",
-    "is_url",
     "message_from_wire",
     "queue_info_from_wire",
-    "queue_name",
     "redrive_to_wire",
     "send_entry",
 ]

@@ -24,7 +24,15 @@ from backends.serve.sqs import messages as wire_messages
 from backends.serve.sqs import queue_attributes as wire_queues
 from backends.serve.sqs.errors import SqsError
 from worker.errors import BackendError, QueueNotFound
-from worker.types import BatchResult, Deletion, EntryFailure, OutgoingMessage, VisibilityChange
+from worker.rules import is_url, queue_name
+from worker.types import (
+    BatchResult,
+    Deletion,
+    EntryFailure,
+    OutgoingMessage,
+    QueueSpec,
+    VisibilityChange,
+)
 
 __all__ = ["Answer", "SqsService"]
 
@@ -81,16 +89,16 @@ class SqsService:
 
     def _queue(self, params: Mapping[str, Any]) -> str:
         url = wire_members.required_string(params, "QueueUrl")
-        if not url.startswith(("http://", "https://")):
+        if not is_url(url):
             raise SqsError("InvalidAddress", f"The address {url} is not valid for this endpoint.")
-        return url.rstrip("/").rsplit("/", 1)[-1]
+        return queue_name(url)
 
     # -- queues -------------------------------------------------------------------------
 
     async def create_queue(self, params: Mapping[str, Any], base_url: str) -> Answer:
         name = wire_members.required_string(params, "QueueName")
         settings = wire_queues.queue_settings(wire_members.mapping(params, "Attributes"))
-        if name.endswith(".fifo") != bool(settings.fifo):
+        if QueueSpec(name).fifo != bool(settings.fifo):
             raise SqsError(
                 "InvalidParameterValue",
                 "A FIFO queue's name ends in .fifo and it has FifoQueue=true; others neither.",
