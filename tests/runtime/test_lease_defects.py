@@ -457,23 +457,43 @@ async def test_outside_cancellation_sends_a_delete_that_would_have_waited_for_a_
     """A delete near its lease's deadline waits for a renewal first; when the supervisor is
     cancelled from outside, the keeper is gone, so the delete must go out at once."""
     app = Worker(WorkerConfig(max_in_flight=1, wait_s=20))
-    done = anyio.Event()
+    submitted = anyio.Event()
 
     @app.handler("jobs")
     async def job(message: Message) -> None:
         await anyio.sleep(25)  # 5 s left: too little for a delete call and a renewal after
-        done.set()
 
     backend = RecordingBackend()
     await backend.create_queue(QueueSpec("jobs"))
     [message_id] = await _send(backend, "jobs", 1)
-    supervisor = Supervisor(app, backend)
+    supervisor = Supervisor(app, backend, observers=[lambda *_: submitted.set()])
     await supervisor.prepare()
     async with anyio.create_task_group() as tasks:
         await tasks.start(supervisor.run)
-        await done.wait()
+        await submitted.wait()  # the delete is pending in the settler
         cancelled_at = anyio.current_time()
         tasks.cancel_scope.cancel()
     assert anyio.current_time() - cancelled_at < 1
+    assert len(backend.of("delete")) == 1
+    assert backend.inner.engine.peek("jobs", message_id) is None
+
+
+async def test_a_delete_whose_call_outlasts_any_extension_is_renewed_at_most_once() -> None:
+    """With a 5 s call timeout and a 6 s visibility, no renewal can give a delete the time it
+    would like: one renewal first is enough (it looped, renewing for ever, before)."""
+    lease = LeaseConfig(visibility_s=6, extension_s=6, renew_margin_s=2)
+    app = Worker(WorkerConfig(lease=lease, max_in_flight=1, wait_s=20, call_timeout_s=5))
+
+    @app.handler("jobs")
+    async def job(message: Message) -> None:
+        await anyio.sleep(1)
+
+    backend = RecordingBackend()
+    await backend.create_queue(QueueSpec("jobs", visibility_timeout_s=6))
+    [message_id] = await _send(backend, "jobs", 1)
+    async with run_worker(app, backend=backend) as harness:
+        await harness.wait_for_handled(1)
+        await harness.wait_until_idle()
+    assert len(backend.of("extend")) == 1
     assert len(backend.of("delete")) == 1
     assert backend.inner.engine.peek("jobs", message_id) is None

@@ -178,8 +178,11 @@ class LeaseKeeper:
         # interval and needs one renewal call's time: the lease must last that long.
         config = self._config
         needed = hold_s + config.retry_interval_s + config.effective_renew_timeout_s
-        renewable = lease.next_visibility(now, self.extension_s()) > lease.time_left_s(now)
-        return lease.time_left_s(now) < needed and renewable
+        time_left = lease.time_left_s(now)
+        # Worth a call only if it buys more than a call's time (not right after a renewal,
+        # nor at the cap, nor when no extension could give `needed`: then one is enough).
+        gain = lease.next_visibility(now, self.extension_s()) - time_left
+        return time_left < needed and gain > config.effective_renew_timeout_s
 
     def _end_extension(self, lease: Lease) -> None:
         lease.extending = False
