@@ -488,7 +488,7 @@ async def test_a_delete_whose_call_outlasts_any_extension_is_renewed_at_most_onc
     async def job(message: Message) -> None:
         await anyio.sleep(1)
 
-    backend = RecordingBackend()
+    backend = WireBackend(latency={"extend": 0.1})  # a renewal takes time, as on a network
     await backend.create_queue(QueueSpec("jobs", visibility_timeout_s=6))
     [message_id] = await _send(backend, "jobs", 1)
     async with run_worker(app, backend=backend) as harness:
