@@ -497,3 +497,29 @@ async def test_a_delete_whose_call_outlasts_any_extension_is_renewed_at_most_onc
     assert len(backend.of("extend")) == 1
     assert len(backend.of("delete")) == 1
     assert backend.inner.engine.peek("jobs", message_id) is None
+
+
+async def test_a_max_lease_shorter_than_the_first_renewal_is_honoured() -> None:
+    """The hard cap was only looked at when the first renewal fell due: with a 30 s
+    visibility and max_lease_s=15, the handler ran until 20 s instead of being cancelled at
+    15 - renew_margin_s = 5 s (found by the logging canary run)."""
+    lease = LeaseConfig(visibility_s=30, extension_s=30, renew_margin_s=10, max_lease_s=15)
+    app = Worker(WorkerConfig(lease=lease, max_in_flight=1, wait_s=20))
+    cancelled_at: list[float] = []
+
+    @app.handler("jobs")
+    async def forever(message: Message) -> None:
+        try:
+            await anyio.sleep_forever()
+        finally:
+            cancelled_at.append(anyio.current_time())
+
+    backend = RecordingBackend()
+    await backend.create_queue(QueueSpec("jobs"))
+    await _send(backend, "jobs", 1)
+    started = anyio.current_time()
+    async with run_worker(app, backend=backend) as harness:
+        [record] = await harness.wait_for_handled(1)
+    assert record.outcome is Outcome.TIMED_OUT
+    assert cancelled_at == [pytest.approx(started + 5, abs=0.01)]
+    assert backend.of("extend") == []

@@ -127,7 +127,12 @@ class LeaseKeeper:
     def _schedule_renewal(self, lease: Lease, at: float | None = None) -> None:
         if not lease.tracked:
             return
-        due = lease.deadline - self._config.renew_margin_s if at is None else at
+        if at is None:
+            # Due for renewal, or for its cap if that comes first (a max_lease_s shorter
+            # than the first renewal must not wait for it).
+            due = min(lease.deadline, lease.max_until) - self._config.renew_margin_s
+        else:
+            due = at
         self._schedule.set(lease, lease.queue, due)
         if due < self._sleeping_until:  # most new leases fall due after the next wake-up
             self._wake.set()
