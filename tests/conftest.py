@@ -1,0 +1,54 @@
+"""A backstop behind pytest-timeout, for hangs its SIGALRM cannot end.
+
+pytest-timeout (`timeout` in pyproject.toml, `@pytest.mark.timeout(N)` per test) ends a test
+by raising from a SIGALRM handler. That fails a test blocked in an `await`, a sleep or a
+loop of its own; but when the event loop is busy running callbacks (one that keeps
+scheduling another), the exception is raised inside a callback, and asyncio's `Handle._run`
+catches it and only logs it, so the test runs on; a SIGINT only cancels the main task. A
+callback loop in the runtime once kept a run going 38 minutes that way.
+
+So each timed test also arms faulthandler's watchdog, a C thread that needs no Python code
+to run: `BACKSTOP_S` after the timeout it writes every thread's stack to the terminal and
+ends the whole run. A hang that pytest-timeout can end is ended by it first, and the run
+goes on.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import sys
+from typing import Any
+
+import pytest
+
+#: Seconds after a test's timeout before the whole run is ended.
+BACKSTOP_S = 15.0
+
+_stderr_fd: int | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _stderr_fd
+    # A copy of the terminal's stderr: while a test runs, fd 2 goes to pytest's capture,
+    # which is lost when the process exits.
+    _stderr_fd = os.dup(sys.__stderr__.fileno() if sys.__stderr__ else 2)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    global _stderr_fd
+    if _stderr_fd is not None:
+        os.close(_stderr_fd)
+        _stderr_fd = None
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-timeout's hooks
+def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> None:
+    if _stderr_fd is not None:
+        faulthandler.dump_traceback_later(settings.timeout + BACKSTOP_S, file=_stderr_fd, exit=True)
+    # None: pytest-timeout's own timer is set as well.
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_timeout_cancel_timer(item: pytest.Item) -> None:
+    faulthandler.cancel_dump_traceback_later()
