@@ -1,10 +1,12 @@
 """Time, injected.
 
 The runtime reads time only through a `Clock`: `now()` is monotonic seconds and
-`sleep_until()` waits for a point on that same scale. `LoopClock`, the default, is the event
-loop's own clock, so tests that fast-forward the loop (looptime) move every timer of the
+`sleep_until()` waits for a point on that same scale. A running worker (the supervisor and
+everything it runs) is always on `LoopClock`, the event loop's own clock, the one anyio's
+timeouts use too: tests that fast-forward the loop (looptime) move every timer of the
 runtime and of the in-memory engine together. `ManualClock` is for the pure parts (the lease
-schedule, the queue engine), which take `now` and never sleep: a test sets the time by hand.
+schedule, the queue engine on its own), which take `now` and never sleep: a test sets the
+time by hand. It cannot drive a running worker, whose timers wait on the loop.
 
 Wall-clock timestamps (SentTimestamp and friends) come from `wall_offset_s`, fixed once, so
 that they advance with the clock rather than with the machine's real time.

@@ -10,8 +10,18 @@
 
 Run such tests with the event loop's clock fast-forwarded (pytest's `looptime` plugin,
 `@pytest.mark.looptime`): a handler that sleeps for an hour then takes no real time, and
-every lease renewal in between happens on schedule. `ManualClock` drives the pure parts
-(the engine on its own) by hand.
+every lease renewal in between happens on schedule. The worker's time is the event loop's
+clock, always: `run_worker` (and `Supervisor`) take no clock, and refuse an in-memory
+engine on a `ManualClock`, whose time would stand still under a running worker.
+`ManualClock` drives the pure parts by hand: the engine on its own (`MemoryEngine(clock)`,
+no worker), the lease schedule.
+
+Synchronous handlers run in threads, which no clock can fast-forward. While one runs,
+looptime waits for it in real time instead of racing from timer to timer (it sees the
+thread through the loop's `run_in_executor`): the loop's clock moves no faster than the
+real one, so a renewal that falls due while the thread runs happens on time, and a
+handler's `time.sleep(2)` costs 2 real seconds. Keep synchronous handlers short in tests,
+or block them on a `threading.Event` that the test sets; bound waits with `fail_after`.
 """
 
 from __future__ import annotations
@@ -29,6 +39,7 @@ from worker.app import Worker
 from worker.backend import Backend, QueueAdmin
 from worker.clock import ManualClock
 from worker.core.settlement import Outcome, Settlement
+from worker.errors import ConfigError
 from worker.runtime.metrics import Metrics
 from worker.runtime.queues import create_missing_queues
 from worker.runtime.supervisor import Supervisor
@@ -105,6 +116,11 @@ async def run_worker(
     queue that does not exist yet is created (on a backend that can create queues).
     """
     backend = backend or MemoryBackend()
+    if isinstance(getattr(getattr(backend, "engine", None), "clock", None), ManualClock):
+        raise ConfigError(
+            "run_worker: the in-memory engine runs on a ManualClock, which stands still under "
+            "a running worker; use MemoryBackend() (the event loop's clock) and looptime"
+        )
     if create_queues and isinstance(backend, QueueAdmin):
         await create_missing_queues(app, backend)
     harness: WorkerHarness
@@ -118,4 +134,5 @@ async def run_worker(
         try:
             yield harness
         finally:
-            supervisor.request_shutdown()
+            if not supervisor.stopping:  # a second request would cut the shutdown short
+                supervisor.request_shutdown()

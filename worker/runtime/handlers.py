@@ -1,13 +1,25 @@
 """Running one handler on one message, and turning what it did into a settlement.
 
-Each message gets its own task and its own cancel scope. The scope is cancelled by the
-lease keeper (lease lost: LEASE_LOST; hard cap: TIMED_OUT) or by the supervisor at the end
-of a shutdown drain (SHUTDOWN). Whatever happens, the message is handed to the settler
-exactly once, even when the task itself is cancelled from outside.
+Each message gets its own task and its own level-triggered cancel scope (`HandlerScope`):
+the lease keeper cancels it when the lease is lost (LEASE_LOST) or reaches its hard cap
+(TIMED_OUT), the supervisor at the end of a shutdown drain (SHUTDOWN), and every await of
+the handler after that raises CancelledError again until it ends. Whatever happens, the
+message is handed to the settler exactly once, even when the task itself is cancelled from
+outside, and not at all if the supervisor already settled it (a handler it gave up on).
 
-Synchronous handlers run in a daemon thread, so they never hold up the event loop and the
-lease keeper with it. Python cannot stop a thread: a cancelled synchronous handler is
-abandoned (its result is ignored) and runs on to its end, or until the process exits.
+What a handler raises is its message's failure (the error policy applies), BaseExceptions
+too (SystemExit, KeyboardInterrupt, one of its own): one message never stops the worker. A
+CancelledError nobody asked for (the handler's own, or a library's) is a failure as well,
+logged as `handler.raised_cancelled_error`.
+
+Synchronous handlers run in a daemon thread (`worker.runtime.threads`), so they never hold
+up the event loop and the lease keeper with it. They cannot be interrupted. Cancelled for a
+shutdown, the task keeps waiting for the thread, with the lease still renewed, and settles
+by what the thread did if it ends in time; the supervisor gives up on it at the end of the
+shutdown, and its message is then left to lapse (visible again when its last extension runs
+out), never released while the thread may still be working on it. After a lost lease or at
+the hard cap the lease cannot be kept: the task stops waiting and the message is forgotten,
+not released, while the thread runs on to its end (or the process's exit).
 """
 
 from __future__ import annotations
@@ -21,8 +33,8 @@ import structlog
 
 from worker.backend import Limits
 from worker.clock import Clock
-from worker.core.lease import Lease
-from worker.core.settlement import Outcome, Settlement, settle
+from worker.core.lease import Lease, LeaseState
+from worker.core.settlement import Action, Outcome, Settlement, settle
 from worker.errors import DecodeError, Discard, Retry
 from worker.message import Message
 from worker.middleware import CallNext, build_chain
@@ -35,6 +47,8 @@ from worker.runtime.threads import DaemonThreads
 from worker.types import ReceivedMessage
 
 __all__ = ["Executor", "Observer"]
+
+_FORGET = Settlement(Action.FORGET)
 
 #: Called after each handler run with (message, outcome, settlement): for tests and hooks.
 Observer = Callable[[ReceivedMessage, Outcome, Settlement], None]
@@ -75,8 +89,26 @@ class Executor:
         func: Callable[[Message], object] = spec.func
 
         async def in_thread(message: Message) -> None:
-            await self._threads.run((message.queue, message.message_id), func, message)
+            key = (message.queue, message.message_id)
+            await _wait_for_thread(await self._threads.start(key, func, message), message.lease)
 
+        return in_thread
+
+    def abandon(self, lease: Lease) -> bool:
+        """The supervisor gives up waiting for this lease's handler: settle the message now.
+
+        Released at once if nothing of it still runs here; forgotten (left to lapse) if its
+        synchronous handler's thread still runs. Returns True in that second case.
+        """
+        in_thread = self._threads.busy((lease.queue, lease.message_id))
+        release = Settlement(Action.RELEASE, self._limits.min_release_visibility_s)
+        self._settler.submit(lease, _FORGET if in_thread else release)
+        scope = lease.scope
+        if isinstance(scope, HandlerScope):
+            if in_thread:
+                scope.cancel()  # wakes the task waiting for the thread: it stops waiting
+            else:
+                scope.abandon()
         return in_thread
 
     def skip(self, spec: HandlerSpec, received: ReceivedMessage, lease: Lease) -> None:
@@ -106,13 +138,23 @@ class Executor:
             # An earlier copy of this message may still run in an abandoned thread.
             await self._threads.wait_idle((received.queue, received.message_id))
             outcome, retry_after = await self._call(spec, received, lease)
-        except asyncio.CancelledError:
-            if not scope.caught():
+        except asyncio.CancelledError as error:
+            if not scope.close():
                 raise  # someone else's cancellation too: the task group is going down
-            outcome, retry_after = lease.cancel_reason or Outcome.SHUTDOWN, 0.0
+            if scope.requested:
+                outcome, retry_after = lease.cancel_reason or Outcome.SHUTDOWN, 0.0
+            else:
+                self._log.error(
+                    "handler.raised_cancelled_error",
+                    handler=spec.name,
+                    receive_count=received.receive_count,
+                    exc_info=error,
+                )
+                outcome, retry_after = Outcome.FAILED, 0.0
+        else:
+            scope.close()  # a cancellation it caught and swallowed is taken back
         finally:
             lease.scope = None
-        scope.settle()
         if lease.lost:
             return Outcome.LEASE_LOST, 0.0
         return outcome, retry_after
@@ -136,7 +178,9 @@ class Executor:
                 receive_count=received.receive_count,
             )
             return Outcome.FAILED, 0.0
-        except Exception:
+        except (asyncio.CancelledError, GeneratorExit):
+            raise  # a cancellation is decided in _invoke; GeneratorExit closes this coroutine
+        except BaseException:  # SystemExit, KeyboardInterrupt, ...: this message's failure
             self._log.exception(
                 "handler.failed", handler=spec.name, receive_count=received.receive_count
             )
@@ -159,27 +203,56 @@ class Executor:
             self._metrics.handler_seconds.labels(received.queue).observe(duration)
         if outcome is Outcome.SUCCEEDED:
             self._keeper.record_duration(duration)
-        settlement = settle(
-            outcome,
-            policy=spec.policy,
-            receive_count=received.receive_count,
-            retry_after_s=retry_after,
-            min_release_s=self._limits.min_release_visibility_s,
-            max_visibility_s=self._limits.max_visibility_s,
-            cap_left_s=lease.cap_left_s(now),
-        )
+        if self._threads.busy((received.queue, received.message_id)):
+            settlement = _FORGET  # its thread runs on: never handed back before it ends
+        else:
+            settlement = settle(
+                outcome,
+                policy=spec.policy,
+                receive_count=received.receive_count,
+                retry_after_s=retry_after,
+                min_release_s=self._limits.min_release_visibility_s,
+                max_visibility_s=self._limits.max_visibility_s,
+                cap_left_s=lease.cap_left_s(now),
+            )
         self._log.debug(
             "handler.done",
             outcome=outcome.value,
             action=settlement.action.value,
             duration_s=round(duration, 3),
         )
-        self._settler.submit(lease, settlement)
+        if lease.state is LeaseState.HELD:  # else the supervisor settled it, giving up on us
+            self._settler.submit(lease, settlement)
         for observer in self._observers:
             try:
                 observer(received, outcome, settlement)
             except Exception:  # an observer's bug must not strand the message or the worker
                 self._log.exception("observer.failed", observer=repr(observer))
+
+
+async def _wait_for_thread(done: asyncio.Future[object], lease: Lease) -> object:
+    """The thread's result, waited for through cancellations that cannot stop it.
+
+    A shutdown's cancellation does not end the wait while the lease is held: the message
+    stays leased (and renewed) until the thread ends or the supervisor gives up on it. A
+    lost lease, the hard cap, or anyone else's cancellation ends the wait at once.
+    """
+    scope = lease.scope
+    assert isinstance(scope, HandlerScope)
+    scope.hold()
+    try:
+        while True:
+            try:
+                return await asyncio.shield(done)
+            except asyncio.CancelledError:
+                if (
+                    not scope.take_back()
+                    or lease.cancel_reason is not Outcome.SHUTDOWN
+                    or lease.state is not LeaseState.HELD
+                ):
+                    raise
+    finally:
+        scope.resume()
 
 
 def _decode(spec: HandlerSpec, received: ReceivedMessage) -> Any:

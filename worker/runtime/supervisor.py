@@ -2,25 +2,35 @@
 
 Tasks::
 
-    services ── lease keeper, settler, background tasks
-      └─ handlers ── one task per message
-           └─ receivers ── one long-poll loop per queue
+    services ── lease keeper, settler, loop-lag watcher, background tasks
+      └─ receivers ── one long-poll loop per queue
+    handlers ── one task per message, in a task group held by a task of its own
+                (`HandlerTasks`): a handler that will not end cannot hold the exit
 
-Shutdown, on the first `request_shutdown()` (SIGTERM/SIGINT in the CLI):
+Shutdown, on the first `request_shutdown()` (SIGTERM/SIGINT in the CLI), bounded by
+`grace_s + flush_timeout_s` whatever the handlers do:
 1. receiving stops at once: the receive loops, and their pending long polls, are cancelled;
-2. drain: handlers run on, leases still extended, for `grace_s`; a second request cuts the
-   drain to `second_signal_grace_s`;
-3. every handler still running is cancelled and its message released (shortest visibility),
-   so another worker takes it at once;
-4. the settler sends what is pending, within `flush_timeout_s`; then the services stop.
+2. drain: handlers run on, leases still extended, for `grace_s` (a second request: for
+   `second_signal_grace_s`);
+3. every handler still running is cancelled, level-triggered, and its message released
+   (shortest visibility); a synchronous handler's lease is kept while its thread runs;
+4. handlers get half of `flush_timeout_s` to end (after a second request, one loop
+   iteration); the rest are given up on: their messages released, or left to lapse while
+   a synchronous handler's thread runs; `handlers_running` tells if a task is left behind;
+5. the settler sends what is pending, until `flush_timeout_s` after step 3.
 A fatal backend error (missing queue, access denied) takes the same path and is raised at
-the end. The supervisor never stops because of one message.
+the end; so does a crash (a background task, or a task of the runtime, raising anything but
+a cancellation), without the drain, and `WorkerCrashed` is raised. A cancellation from
+outside releases what is held from the calling task, shielded, within `flush_timeout_s`.
+One message never stops the supervisor: what a handler raises is its message's failure.
+
+Start-up (`prepare()`): a transient failure reading a queue's attributes is retried with a
+doubling pause for `STARTUP_CALL_TIMEOUTS` call timeouts (60 s by default), then raised.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -29,21 +39,42 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from worker.app import Worker, WorkerContext
 from worker.backend import Backend
-from worker.clock import Clock, LoopClock
-from worker.core.lease import Lease
+from worker.clock import LoopClock
+from worker.core.lease import Lease, LeaseState
 from worker.core.preflight import check_queue
 from worker.core.settlement import Outcome
-from worker.errors import ConfigError, FatalBackendError
+from worker.errors import (
+    BackendError,
+    ConfigError,
+    FatalBackendError,
+    LeaseWorkerError,
+    TransientBackendError,
+)
+from worker.runtime.calls import as_backend_error, call_by
 from worker.runtime.dispatcher import Dispatcher
 from worker.runtime.handlers import Executor, Observer
 from worker.runtime.lease_keeper import LeaseKeeper
 from worker.runtime.metrics import Metrics, watch_loop_lag
 from worker.runtime.receiver import Receiver
+from worker.runtime.scope import HandlerTasks
 from worker.runtime.settler import Settler
 from worker.runtime.slots import Slots
 from worker.types import QueueInfo, ReceivedMessage
 
-__all__ = ["Supervisor", "run", "serve"]
+__all__ = ["STARTUP_CALL_TIMEOUTS", "Supervisor", "WorkerCrashed", "run", "serve"]
+
+#: How long start-up retries a transient failure, in call timeouts.
+STARTUP_CALL_TIMEOUTS = 12
+
+
+class WorkerCrashed(LeaseWorkerError):
+    """A task of the worker (a background task, or one of the runtime's own) raised: the
+    worker released what it held and stopped. The task's exception is the `__cause__`."""
+
+    def __init__(self, task: str, error: BaseException) -> None:
+        super().__init__(f"{task} raised {type(error).__name__}")
+        self.task = task
+        self.__cause__ = error
 
 
 class Supervisor:
@@ -51,7 +82,8 @@ class Supervisor:
     settler, and the order in which they stop (see the module docstring).
 
     `run()` returns after a clean shutdown (`request_shutdown()`, which the CLI calls on
-    SIGTERM/SIGINT); `prepare()` runs the start-up hooks and checks the queues first.
+    SIGTERM/SIGINT); `prepare()` runs the start-up hooks and checks the queues first. Time
+    is the event loop's clock: fast-forward the loop (looptime) to test on virtual time.
     """
 
     def __init__(
@@ -59,7 +91,6 @@ class Supervisor:
         app: Worker,
         backend: Backend,
         *,
-        clock: Clock | None = None,
         metrics: Metrics | None = None,
         observers: list[Observer] | None = None,
         logger: Any = None,
@@ -70,7 +101,7 @@ class Supervisor:
             )
         self.app = app
         self.backend = backend
-        self.clock = clock or LoopClock()
+        self.clock = LoopClock()
         self.metrics = metrics or Metrics()
         self.queues: dict[str, QueueInfo] = {}
         self._log = logger or structlog.get_logger("lease_worker.supervisor")
@@ -101,12 +132,17 @@ class Supervisor:
             spec_for=lambda queue: app.registry[queue],
             is_fifo=lambda queue: self.queues[queue].fifo,
         )
+        self._handlers = HandlerTasks(on_crash=lambda error: self._crashed("a handler task", error))
         self._held: set[Lease] = set()
         self._stop_receiving = anyio.Event()
         self._drained = anyio.Event()
-        self._drain_scope: anyio.CancelScope | None = None
+        # A second request or a crash moves a phase's end up, and the scope waiting for it.
+        self._until: dict[str, float] = {}
+        self._scopes: dict[str, anyio.CancelScope] = {}
         self._shutdown_requests = 0
         self._fatal: FatalBackendError | None = None
+        self._crash: WorkerCrashed | None = None
+        self._settler_down = False
         self._context = WorkerContext(backend, self.metrics.registry, self.request_shutdown)
         #: Called after each lease ends (settled, forgotten or lost): for tests and hooks.
         self.on_lease_finished: list[Callable[[], None]] = []
@@ -119,6 +155,12 @@ class Supervisor:
     def stopping(self) -> bool:
         return self._stop_receiving.is_set()
 
+    @property
+    def handlers_running(self) -> bool:
+        """True after `run()` if a handler task that would not end was left running (it
+        swallows every cancellation): the event loop's own exit would wait for it."""
+        return self._handlers.opened and not self._handlers.ended
+
     def request_shutdown(self) -> None:
         """First call: stop receiving and drain. Second: cut the drain short."""
         self._shutdown_requests += 1
@@ -129,15 +171,18 @@ class Supervisor:
                 grace_s=self.app.config.shutdown.grace_s,
             )
             self._stop_receiving.set()
-        elif self._drain_scope is not None:
-            hurry = self.clock.now() + self.app.config.shutdown.second_signal_grace_s
+        elif self._shutdown_requests == 2:
             self._log.warning("shutdown.hurried", in_flight=self.in_flight)
-            self._drain_scope.deadline = min(self._drain_scope.deadline, hurry)
+            hurry = self.clock.now() + self.app.config.shutdown.second_signal_grace_s
+            self._move_up("drain", hurry)
+            self._move_up("wind_down", hurry)
 
     async def prepare(self) -> None:
         """Run the start-up hooks and check every queue; `run` does it if not done yet.
 
-        Raises `QueueNotFound` (or another `FatalBackendError`) before anything is received.
+        Raises `QueueNotFound` (or another `FatalBackendError`) before anything is received,
+        and a `TransientBackendError` once start-up has retried for `STARTUP_CALL_TIMEOUTS`
+        call timeouts (or a shutdown was requested meanwhile).
         """
         if self.queues:
             return
@@ -149,38 +194,38 @@ class Supervisor:
         await self.prepare()
         try:
             await self._run(task_status)
-        except anyio.get_cancelled_exc_class():
-            # Cancelled from outside (an embedding application going down): the handler
-            # tasks were cancelled and asked for releases; send them from here, since the
-            # settler's own task went down too.
-            with anyio.move_on_after(self.app.config.shutdown.flush_timeout_s, shield=True):
-                self._cancel_held()
-                await self.settler.send_now()
+        except BaseException:
+            # Cancelled from outside (an embedding application going down), or a bug here:
+            # release what is held from this task, since the settler's own went down too.
+            flush_s = self.app.config.shutdown.flush_timeout_s
+            with anyio.CancelScope(deadline=self.clock.now() + flush_s, shield=True):
+                await self._release_from_here(flush_s / 2)
             raise
         self._log.info("shutdown.complete")
+        if self._crash is not None:
+            raise self._crash
         if self._fatal is not None:
             raise self._fatal
 
     async def _run(self, task_status: TaskStatus[None]) -> None:
-        context = self._context
+        flush_s = self.app.config.shutdown.flush_timeout_s
         async with anyio.create_task_group() as services:
-            await services.start(self.keeper.run)
-            await services.start(self.settler.run)
-            services.start_soon(watch_loop_lag, self.metrics)
-            # Handler tasks in asyncio's own task group: as structured as anyio's, at a
-            # third of the cost per task (memory and CPU), which counts at 100,000 in flight.
-            async with asyncio.TaskGroup() as handlers:
-                self.dispatcher.tasks = handlers
-                await self._receive_until_stopped(services, context, task_status)
-                await self._drain()
-                self._cancel_held()
-            await self._flush()
+            await services.start(self._service, "the lease keeper", self.keeper.run)
+            await services.start(self._service, "the settler", self.settler.run)
+            services.start_soon(self._watch, "the loop lag watcher", watch_loop_lag(self.metrics))
+            self.dispatcher.tasks = await self._handlers.open()
+            await self._receive_until_stopped(services, task_status)
+            await self._drain()
+            cancelled_at = self.clock.now()
+            self._cancel_held()
+            await self._wind_down(cancelled_at + flush_s / 2)
+            await self._flush(cancelled_at + flush_s)
             services.cancel_scope.cancel()
 
     async def _check_queues(self) -> None:
+        give_up_at = self.clock.now() + STARTUP_CALL_TIMEOUTS * self.app.config.call_timeout_s
         for spec in self.app.registry:
-            info = await self.backend.queue_info(spec.queue)
-            self.queues[spec.queue] = info
+            info = self.queues[spec.queue] = await self._queue_info(spec.queue, give_up_at)
             self._log.info(
                 "queue.ready",
                 queue=spec.queue,
@@ -191,20 +236,78 @@ class Supervisor:
             for warning in check_queue(spec.policy, info, self.app.config.lease):
                 self._log.warning("queue.config_warning", queue=spec.queue, warning=warning)
 
+    async def _queue_info(self, queue: str, give_up_at: float) -> QueueInfo:
+        config = self.app.config
+        pause, started, attempts = config.receive_backoff_s, self.clock.now(), 0
+        while True:
+            attempts += 1
+            try:
+                return await call_by(
+                    self.clock.now() + config.call_timeout_s,
+                    lambda: self.backend.queue_info(queue),
+                    operation="GetQueueAttributes",
+                    queue=queue,
+                )
+            except FatalBackendError:
+                raise
+            except Exception as raised:
+                error = as_backend_error(raised, self._log, "GetQueueAttributes", queue)
+            if self.stopping or self.clock.now() + pause > give_up_at:
+                raise _no_answer(queue, attempts, self.clock.now() - started, error)
+            self._log.warning(
+                "queue.check_failed",
+                queue=queue,
+                code=error.code or type(error).__name__,
+                error=str(error),
+                attempt=attempts,
+                retry_in_s=pause,
+            )
+            with anyio.move_on_after(pause):
+                await self._stop_receiving.wait()  # a signal ends the wait at once
+            if self.stopping:
+                raise _no_answer(queue, attempts, self.clock.now() - started, error)
+            pause = min(pause * 2, config.receive_backoff_max_s)
+
     async def _receive_until_stopped(
-        self, services: TaskGroup, context: WorkerContext, task_status: TaskStatus[None]
+        self, services: TaskGroup, task_status: TaskStatus[None]
     ) -> None:
         async with anyio.create_task_group() as receivers:
             for spec in self.app.registry:
                 receiver = self._receiver(spec.queue, spec.max_in_flight)
                 for _ in range(self.app.config.receive_concurrency):
-                    await receivers.start(receiver.run)
+                    name = f"the receiver of {spec.queue!r}"
+                    await receivers.start(self._service, name, receiver.run)
             for task in self.app.background_tasks:
-                services.start_soon(task, context)
+                name = f"background task {getattr(task, '__qualname__', repr(task))}"
+                services.start_soon(self._watch, name, task(self._context))
             self._log.info("worker.started", queues=self.app.registry.queues)
             task_status.started()
             await self._stop_receiving.wait()
             receivers.cancel_scope.cancel()
+
+    async def _service(
+        self,
+        name: str,
+        run: Callable[..., Awaitable[None]],
+        *,
+        task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        await self._watch(name, run(task_status=task_status))
+
+    async def _watch(self, name: str, work: Awaitable[None]) -> None:
+        try:
+            await work
+        except anyio.get_cancelled_exc_class():
+            raise
+        except BaseException as error:  # SystemExit, KeyboardInterrupt too: a crash
+            self._crashed(name, error)
+
+    def _crashed(self, task: str, error: BaseException) -> None:
+        self._log.error("worker.crashed", task=task, error=type(error).__name__, exc_info=error)
+        self._settler_down = self._settler_down or task == "the settler"
+        self._crash = self._crash or WorkerCrashed(task, error)
+        self._stop_receiving.set()
+        self._move_up("drain", self.clock.now())
 
     def _receiver(self, queue: str, max_in_flight: int | None) -> Receiver:
         slots = Slots(max_in_flight or self.app.config.max_in_flight)
@@ -239,17 +342,24 @@ class Supervisor:
         self._fatal = self._fatal or error
         self.request_shutdown()
 
+    def _move_up(self, phase: str, until: float) -> None:
+        self._until[phase] = min(self._until.get(phase, until), until)
+        if (scope := self._scopes.get(phase)) is not None:
+            scope.deadline = min(scope.deadline, until)
+
+    async def _phase(self, phase: str, until: float, wait: Callable[[], Awaitable[None]]) -> None:
+        with anyio.CancelScope(deadline=min(until, self._until.get(phase, until))) as scope:
+            self._scopes[phase] = scope
+            await anyio.lowlevel.checkpoint()  # one loop iteration, even when hurried
+            await wait()
+        del self._scopes[phase]
+
     async def _drain(self) -> None:
         if not self._held:
             return
         grace = self.app.config.shutdown.grace_s
         self._log.info("shutdown.draining", in_flight=self.in_flight, grace_s=grace)
-        with anyio.CancelScope(deadline=self.clock.now() + grace) as scope:
-            self._drain_scope = scope
-            if self._shutdown_requests > 1:
-                self.request_shutdown()
-            await self._drained.wait()
-        self._drain_scope = None
+        await self._phase("drain", self.clock.now() + grace, self._drained.wait)
 
     def _cancel_held(self) -> None:
         left = [lease for lease in self._held if lease.cancel_reason is None]
@@ -258,11 +368,55 @@ class Supervisor:
         for lease in left:
             lease.cancel(Outcome.SHUTDOWN)
 
-    async def _flush(self) -> None:
-        with anyio.move_on_after(self.app.config.shutdown.flush_timeout_s, shield=True) as scope:
-            await self.settler.flush()
+    async def _wind_down(self, until: float) -> None:
+        """Wait for the cancelled handlers to end, then give up on those that have not."""
+        self._handlers.close()
+        await self._phase("wind_down", until, self._handlers.wait)
+        if not self._handlers.ended:
+            self._give_up()
+
+    def _give_up(self) -> None:
+        left = [lease for lease in self._held if lease.state is LeaseState.HELD]
+        if not left:
+            return
+        threads = sum(self.executor.abandon(lease) for lease in left)
+        self._log.warning(
+            "shutdown.gave_up_waiting",
+            released=len(left) - threads,
+            left_to_lapse=threads,
+        )
+
+    async def _flush(self, until: float) -> None:
+        with anyio.CancelScope(deadline=until, shield=True) as scope:
+            if self._settler_down:
+                await self.settler.send_now()
+            else:
+                await self.settler.flush()
         if scope.cancelled_caught:
             self._log.error("shutdown.flush_timed_out", pending=self.settler.pending)
+
+    async def _release_from_here(self, wind_down_s: float) -> None:
+        self._cancel_held()
+        self._handlers.cancel()
+        with anyio.move_on_after(wind_down_s):
+            await self._handlers.wait()
+        if not self._handlers.ended:
+            self._give_up()
+        await self.settler.send_now()
+
+
+def _no_answer(
+    queue: str, attempts: int, waited_s: float, error: BackendError
+) -> TransientBackendError:
+    failure = TransientBackendError(
+        f"queue {queue!r}: no answer from the queue service after {attempts} attempts over "
+        f"{waited_s:.0f} s ({error})",
+        operation="GetQueueAttributes",
+        queue=queue,
+        code=error.code,
+    )
+    failure.__cause__ = error
+    return failure
 
 
 async def serve(app: Worker, backend: Backend, **options: Any) -> None:

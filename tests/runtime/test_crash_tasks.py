@@ -1,0 +1,156 @@
+"""Issue 12, defect 5: a crash releases everything held, then the worker stops with an error.
+
+A background task raising, or a task of the runtime (here: the lease keeper and the settler,
+met with a BaseException from the backend), used to end the worker without releasing
+anything: innocent co-held messages waited out their visibility and, after restarts that
+died on the same poison, reached the DLQ. Now the supervisor releases what it holds (without
+waiting for the drain), within the flush timeout, and `run()` raises `WorkerCrashed`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import anyio
+import pytest
+from structlog.testing import capture_logs
+
+from tests.recording import RecordingBackend
+from worker import LeaseConfig, Message, ShutdownConfig, Worker, WorkerConfig, WorkerContext
+from worker.runtime.supervisor import WorkerCrashed
+from worker.testing import run_worker
+from worker.types import BatchResult, Deletion, OutgoingMessage, QueueSpec, VisibilityChange
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
+
+LEASE = LeaseConfig(visibility_s=30, extension_s=30, renew_margin_s=10)
+HELD, SENT, GRACE_S, FLUSH_S = 3, 5, 60.0, 4.0
+
+
+class Poison(BaseException):
+    """An application's own BaseException subclass."""
+
+
+def _app() -> Worker:
+    shutdown = ShutdownConfig(grace_s=GRACE_S, flush_timeout_s=FLUSH_S)
+    return Worker(WorkerConfig(lease=LEASE, max_in_flight=HELD, wait_s=20, shutdown=shutdown))
+
+
+class Started:
+    def __init__(self) -> None:
+        self.count = 0
+        self.all = anyio.Event()
+
+    def __call__(self) -> None:
+        self.count += 1
+        if self.count == HELD:
+            self.all.set()
+
+
+async def _fill(backend: RecordingBackend) -> None:
+    await backend.create_queue(QueueSpec("jobs", visibility_timeout_s=30))
+    for n in range(SENT):
+        await backend.inner.send("jobs", [OutgoingMessage(body=f'{{"n": {n}}}')])
+
+
+def _long_handler(app: Worker, started: Started) -> None:
+    @app.handler("jobs")
+    async def long(message: Message) -> None:
+        started()
+        await anyio.sleep(3600)
+
+
+async def _run_until_crash(app: Worker, backend: RecordingBackend) -> tuple[BaseException, float]:
+    """Run until the worker ends on its own; its error and the virtual time it ran."""
+    started_at = anyio.current_time()
+    with anyio.fail_after(GRACE_S), pytest.raises(BaseExceptionGroup) as caught:
+        async with run_worker(app, backend=backend):
+            await anyio.sleep_forever()
+    [error] = caught.value.exceptions
+    return error, anyio.current_time() - started_at
+
+
+def _assert_every_message_visible(backend: RecordingBackend) -> None:
+    engine = backend.inner.engine
+    counts = engine.counts("jobs")
+    assert (counts.visible, counts.in_flight, counts.delayed) == (SENT, 0, 0)
+    assert [call.visibility for call in backend.of("release")] == [(0,) * HELD]
+
+
+@pytest.mark.parametrize(
+    "raised",
+    [RuntimeError("a bug"), SystemExit(0), Poison()],
+    ids=["RuntimeError", "SystemExit(0)", "custom BaseException"],
+)
+async def test_a_crashing_background_task_releases_every_held_message(
+    raised: BaseException,
+) -> None:
+    app = _app()
+    started = Started()
+    _long_handler(app, started)
+
+    @app.background
+    async def buggy(context: WorkerContext) -> None:
+        await started.all.wait()
+        await anyio.sleep(7)
+        raise raised
+
+    backend = RecordingBackend()
+    await _fill(backend)
+    with capture_logs() as logs:
+        error, ran_s = await _run_until_crash(app, backend)
+
+    assert isinstance(error, WorkerCrashed)
+    assert error.__cause__ is raised
+    assert "background task" in str(error) and type(raised).__name__ in str(error)
+    assert ran_s == pytest.approx(7, abs=0.1)  # no drain: released at once
+    _assert_every_message_visible(backend)
+    [crashed] = [e for e in logs if e["event"] == "worker.crashed"]
+    assert crashed["log_level"] == "error"
+
+
+async def test_a_crashing_lease_keeper_releases_every_held_message() -> None:
+    app = _app()
+    started = Started()
+    _long_handler(app, started)
+
+    class ExplodingExtend(RecordingBackend):
+        async def extend(self, queue: str, entries: Sequence[VisibilityChange]) -> BatchResult:
+            raise Poison("a BaseException from the backend")
+
+    backend = ExplodingExtend()
+    await _fill(backend)
+    error, ran_s = await _run_until_crash(app, backend)
+
+    assert isinstance(error, WorkerCrashed)
+    assert error.task == "the lease keeper"
+    # The first renewal is due at visibility - margin: the crash, then the releases.
+    assert ran_s == pytest.approx(LEASE.visibility_s - LEASE.renew_margin_s, abs=0.1)
+    _assert_every_message_visible(backend)
+
+
+async def test_a_crashing_settler_still_releases_the_other_held_messages() -> None:
+    app = _app()
+    started = Started()
+
+    @app.handler("jobs")
+    async def first_succeeds(message: Message) -> None:
+        started()
+        if message.body["n"] != 0:
+            await anyio.sleep(3600)
+
+    class ExplodingDelete(RecordingBackend):
+        async def delete(self, queue: str, entries: Sequence[Deletion]) -> BatchResult:
+            raise Poison("a BaseException from the backend")
+
+    backend = ExplodingDelete()
+    await _fill(backend)
+    error, _ = await _run_until_crash(app, backend)
+
+    assert isinstance(error, WorkerCrashed)
+    assert error.task == "the settler"
+    counts = backend.inner.engine.counts("jobs")
+    # The succeeded one's delete died with the settler: it lapses. The two others running
+    # beside it, and the two never received, are visible again at once.
+    assert (counts.visible, counts.in_flight, counts.delayed) == (SENT - 1, 1, 0)
+    assert [call.visibility for call in backend.of("release")] == [(0, 0)]
