@@ -6,18 +6,31 @@ hook creates the queue (unless `SHUTDOWN_APP_CREATE=0`, which leaves it to the C
 `SHUTDOWN_APP_MEDIUM_S` seconds, every later one `SHUTDOWN_APP_LONG_S`; each logs
 `app.handler_started`, then `app.handler_finished` or `app.handler_cancelled`. With
 `SHUTDOWN_APP_SYNC=1` the handler is a synchronous function (it sleeps in a worker thread).
+`SHUTDOWN_APP_SWALLOW=once` makes the async handler catch its cancellation and then await a
+long rollback (`app.handler_rolling_back`); `=always` makes it swallow every cancellation
+(`app.handler_swallowed` each time) and go on waiting. `SHUTDOWN_APP_POISON=1` makes the
+first handler to start end with `sys.exit(0)`. `SHUTDOWN_APP_ON_ERROR` is the handler's
+error policy, `SHUTDOWN_APP_FLUSH_S` the shutdown's flush timeout, `SHUTDOWN_APP_CALL_TIMEOUT_S`
+the worker's call timeout.
 
 A background task holds on until the worker cancels it, after the final flush, and then
 writes a JSON report to `SHUTDOWN_APP_REPORT`: the engine's counts, each sent message's
 state, and the settings the worker ran with. `SHUTDOWN_APP_SELF_STOP=1` makes that task ask
 for a shutdown as soon as it starts; `SHUTDOWN_APP_DELETE_QUEUE=1` makes it delete the queue
-instead, which the receiver meets as a fatal error.
+instead, which the receiver meets as a fatal error. `SHUTDOWN_APP_CRASH_AFTER=N` makes
+another background task raise RuntimeError once N handlers have started.
+
+`SHUTDOWN_APP_EXIT_WAIT=PATH` makes the process log `app.exiting` at interpreter exit (an
+`atexit` hook, after the worker and its event loop are gone) and then wait, at most 30 s,
+for the file PATH to exist: a window in which a test can signal the exiting process.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,12 +68,20 @@ class Settings:
     self_stop: bool = _env("SELF_STOP", "0") == "1"
     delete_queue: bool = _env("DELETE_QUEUE", "0") == "1"
     sync: bool = _env("SYNC", "0") == "1"
+    swallow: str = _env("SWALLOW", "")
+    poison: bool = _env("POISON", "0") == "1"
+    crash_after: int = int(_env("CRASH_AFTER", "0"))
+    exit_wait: str = _env("EXIT_WAIT", "")
 
 
 @dataclass(slots=True)
 class State:
     sent: list[str] = field(default_factory=list)
     started: int = 0
+    #: Set at the end of a test run (atexit), so that a swallowing handler can end.
+    exiting: bool = False
+    #: Set once `CRASH_AFTER` handlers have started.
+    crash_due: anyio.Event | None = None
 
 
 settings = Settings()
@@ -70,7 +91,10 @@ log = structlog.get_logger("tests.apps.shutdown_app")
 app = Worker(
     WorkerConfig(
         max_in_flight=int(_env("MAX_IN_FLIGHT", "6")),
-        shutdown=ShutdownConfig(grace_s=float(_env("GRACE_S", "30"))),
+        shutdown=ShutdownConfig(
+            grace_s=float(_env("GRACE_S", "30")), flush_timeout_s=float(_env("FLUSH_S", "10"))
+        ),
+        call_timeout_s=float(_env("CALL_TIMEOUT_S", "5")),
     ),
     name="shutdown-app",
 )
@@ -81,6 +105,8 @@ empty = Worker(name="empty")
 @app.on_startup
 async def seed(context: WorkerContext) -> None:
     backend = context.backend
+    if not settings.messages and not settings.create:
+        return  # nothing to do: any backend will do
     assert isinstance(backend, MemoryBackend), "this app runs on --backend memory only"
     if settings.create:
         await backend.create_queue(
@@ -100,6 +126,8 @@ async def seed(context: WorkerContext) -> None:
 def _start(message: Message) -> tuple[str, int, float]:
     index = state.started
     state.started += 1
+    if state.crash_due is not None and state.started >= settings.crash_after:
+        state.crash_due.set()
     kind = "medium" if index < settings.medium else "long"
     log.info("app.handler_started", kind=kind, index=index, receive_count=message.receive_count)
     return kind, index, settings.medium_s if kind == "medium" else settings.long_s
@@ -107,22 +135,63 @@ def _start(message: Message) -> tuple[str, int, float]:
 
 async def handle(message: Message) -> None:
     kind, index, duration_s = _start(message)
+    if settings.poison and index == 0:
+        sys.exit(0)
     try:
         await anyio.sleep(duration_s)
     except anyio.get_cancelled_exc_class():
         log.info("app.handler_cancelled", kind=kind, index=index)
+        if settings.swallow == "once":
+            log.info("app.handler_rolling_back", kind=kind, index=index)
+            await anyio.sleep(settings.long_s)  # a rollback that takes its time
+        elif settings.swallow == "always":
+            await _swallow_forever(kind, index)
         raise
     log.info("app.handler_finished", kind=kind, index=index)
+
+
+async def _swallow_forever(kind: str, index: int) -> None:
+    while not state.exiting:
+        try:
+            await anyio.sleep(settings.long_s)
+        except anyio.get_cancelled_exc_class():
+            log.info("app.handler_swallowed", kind=kind, index=index)
 
 
 def handle_in_thread(message: Message) -> None:
     """The synchronous form: the runtime runs it in a worker thread and cannot stop it."""
     kind, index, duration_s = _start(message)
+    if settings.poison and index == 0:
+        sys.exit(0)
     time.sleep(duration_s)
     log.info("app.handler_finished", kind=kind, index=index)
 
 
-app.handler(QUEUE)(handle_in_thread if settings.sync else handle)
+app.handler(QUEUE, on_error=_env("ON_ERROR", "release"))(
+    handle_in_thread if settings.sync else handle
+)
+
+
+@app.background
+async def crash(context: WorkerContext) -> None:
+    if not settings.crash_after:
+        return
+    state.crash_due = anyio.Event()
+    if state.started < settings.crash_after:
+        await state.crash_due.wait()
+    raise RuntimeError("the app's background task failed")
+
+
+def _wait_at_exit(path: str) -> None:
+    state.exiting = True
+    log.info("app.exiting")
+    deadline = time.monotonic() + 30
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+if settings.exit_wait:
+    atexit.register(_wait_at_exit, settings.exit_wait)
 
 
 @app.background

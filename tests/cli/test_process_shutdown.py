@@ -1,4 +1,4 @@
-"""Shutdown of a real `lease-worker` process on real signals.
+"""How a real `lease-worker` process ends: shutdown on real signals, crashes, start-up.
 
 The worker runs `tests.apps.shutdown_app` on the embedded memory engine: 20 messages, at most 6
 in flight, the first 3 handlers to start take `MEDIUM_S`, the others far longer. A test waits
@@ -13,6 +13,7 @@ import json
 import os
 import queue
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -27,6 +28,7 @@ import pytest
 pytestmark = pytest.mark.process
 
 ROOT = Path(__file__).resolve().parents[2]
+QUEUE = "shutdown-test"  # tests.apps.shutdown_app's
 MESSAGES, IN_FLIGHT, MEDIUM = 20, 6, 3
 #: Long enough that the medium handlers are still running when the signal arrives.
 MEDIUM_S = 1.5
@@ -292,32 +294,240 @@ def test_idle_worker_exits_0_at_once_on_sigterm(spawn: Callable[..., WorkerProce
     assert child.report()["queue"] == {"visible": 0, "in_flight": 0, "delayed": 0}
 
 
-def test_sync_stragglers_are_released_and_do_not_hold_the_exit(
+# Issue 12, defect 7: sync stragglers were released (visibility 0) while their threads ran on,
+# so another process could handle the same messages at the same time.
+def test_sync_stragglers_keep_their_lease_and_do_not_hold_the_exit(
     spawn: Callable[..., WorkerProcess],
 ) -> None:
-    grace_s = 2 * MEDIUM_S
+    grace_s, flush_s = 2 * MEDIUM_S, 2.0
     child = spawn(
         "--grace-s",
         str(grace_s),
         "--max-in-flight",
         str(IN_FLIGHT),
         SHUTDOWN_APP_SYNC="1",
+        SHUTDOWN_APP_FLUSH_S=str(flush_s),
         SHUTDOWN_APP_MESSAGES=str(MESSAGES),
         SHUTDOWN_APP_MEDIUM=str(MEDIUM),
         SHUTDOWN_APP_MEDIUM_S=str(MEDIUM_S),
         SHUTDOWN_APP_LONG_S="3600",
     )
     started = child.wait_handlers_started(IN_FLIGHT)
-    child.signal(signal.SIGTERM)
+    sent = child.signal(signal.SIGTERM)
     child.wait_for_event("shutdown.complete")
-    # The drain itself works: the medium handlers finished, the long ones were released.
     medium, long = by_kind(started, "medium"), by_kind(started, "long")
     finished = {e["message_id"] for e in child.events if e["event"] == "app.handler_finished"}
     assert finished == medium
-    assert child.events[index_of(child.events, "shutdown.releasing")]["messages"] == len(long)
+    gave_up = child.events[index_of(child.events, "shutdown.gave_up_waiting")]
+    assert (gave_up["released"], gave_up["left_to_lapse"]) == (0, len(long))
     report = child.report()
-    assert report["queue"] == {"visible": MESSAGES - MEDIUM, "in_flight": 0, "delayed": 0}
-    assert_released_at_once(report, long)
-    # Nothing is left to do: the process must end now, not when the abandoned threads do.
-    code, _ = child.exit(timeout_s=5.0)
+    # Not handed back: still leased (to lapse after their last extension), never received
+    # by anyone else while their threads may still be working on them.
+    assert report["queue"] == {
+        "visible": MESSAGES - IN_FLIGHT,
+        "in_flight": len(long),
+        "delayed": 0,
+    }
+    for message_id in long:
+        assert report["messages"][message_id]["state"] == "in_flight"
+        assert report["messages"][message_id]["receive_count"] == 1
+    # Nothing is left to do: the process ends now, not when the abandoned threads do.
+    code, ended = child.exit(timeout_s=5.0)
     assert code == 0
+    assert ended - sent < grace_s + flush_s + 1
+
+
+def assert_deleted_or_visible(report: dict[str, Any], message_ids: set[str]) -> None:
+    for message_id in message_ids:
+        message = report["messages"][message_id]
+        assert message is None or message["state"] == "visible", (message_id, message)
+
+
+# Issue 12, defect 6 (the must-show): a handler that swallows its cancellation (a slow
+# rollback; or every cancellation, as a library's retry loop may) kept the worker alive for
+# ever while its lease was renewed: with grace 1 s a shutdown took 601 s.
+@pytest.mark.parametrize("swallow", ["once", "always"])
+def test_sigterm_with_handlers_that_swallow_cancellation_ends_within_grace_plus_flush(
+    spawn: Callable[..., WorkerProcess], swallow: str
+) -> None:
+    grace_s, flush_s = 1.0, 2.0
+    child = spawn(
+        "--grace-s",
+        str(grace_s),
+        "--max-in-flight",
+        str(IN_FLIGHT),
+        SHUTDOWN_APP_SWALLOW=swallow,
+        SHUTDOWN_APP_FLUSH_S=str(flush_s),
+        SHUTDOWN_APP_MESSAGES=str(MESSAGES),
+        SHUTDOWN_APP_MEDIUM="0",
+        SHUTDOWN_APP_LONG_S="600",
+    )
+    started = child.wait_handlers_started(IN_FLIGHT)
+    sent = child.signal(signal.SIGTERM)
+    code, ended = child.exit(timeout_s=grace_s + flush_s + 10)
+
+    took = ended - sent
+    print(f"swallow={swallow}: exit {code} {took:.2f} s after SIGTERM (grace + flush = 3 s)")
+    assert code == 0, (child.events, child.other_lines)
+    assert took <= grace_s + flush_s + 1
+    held = {event["message_id"] for event in started}
+    report = child.report()
+    assert report["queue"] == {"visible": MESSAGES, "in_flight": 0, "delayed": 0}
+    assert_deleted_or_visible(report, held)
+    assert_released_at_once(report, held)
+    names_seen = names(child.events)
+    if swallow == "once":  # the rollback's await was cancelled: they all ended
+        assert names_seen.count("app.handler_rolling_back") == IN_FLIGHT
+        assert "shutdown.gave_up_waiting" not in names_seen
+        assert "worker.exit_with_handlers_running" not in names_seen
+    else:  # given up on after half the flush timeout, released, and the process ended
+        assert names_seen.count("app.handler_swallowed") >= 2 * IN_FLIGHT
+        gave_up = child.events[index_of(child.events, "shutdown.gave_up_waiting")]
+        assert (gave_up["released"], gave_up["left_to_lapse"]) == (IN_FLIGHT, 0)
+        assert names_seen[-1] == "worker.exit_with_handlers_running"
+
+
+def test_second_signal_forces_a_prompt_exit_past_handlers_that_swallow_cancellation(
+    spawn: Callable[..., WorkerProcess],
+) -> None:
+    child = spawn(
+        "--grace-s",
+        "120",
+        "--max-in-flight",
+        str(IN_FLIGHT),
+        SHUTDOWN_APP_SWALLOW="always",
+        SHUTDOWN_APP_MESSAGES=str(MESSAGES),
+        SHUTDOWN_APP_MEDIUM="0",
+        SHUTDOWN_APP_LONG_S="600",
+    )
+    started = child.wait_handlers_started(IN_FLIGHT)
+    child.signal(signal.SIGTERM)
+    child.wait_for_event("shutdown.draining")
+    second_sent = child.signal(signal.SIGTERM)
+    code, ended = child.exit()
+    assert code == 0, (child.events, child.other_lines)
+    assert ended - second_sent < 2.0  # no drain left, no wait for the handlers
+    report = child.report()
+    assert report["queue"] == {"visible": MESSAGES, "in_flight": 0, "delayed": 0}
+    assert_released_at_once(report, {e["message_id"] for e in started})
+
+
+# Issue 12, defect 6: once the event loop had closed its signal handlers, a second SIGTERM
+# during the final teardown killed the exiting process: 143 instead of 0.
+def test_a_signal_during_the_final_teardown_does_not_change_the_exit_status(
+    spawn: Callable[..., WorkerProcess], tmp_path: Path
+) -> None:
+    go_on = tmp_path / "go-on"
+    child = spawn("--grace-s", "5", SHUTDOWN_APP_MESSAGES="0", SHUTDOWN_APP_EXIT_WAIT=str(go_on))
+    child.wait_for_event("worker.started")
+    child.signal(signal.SIGTERM)
+    child.wait_for_event("app.exiting")  # main() has returned: the interpreter is exiting
+    child.signal(signal.SIGTERM)
+    child.signal(signal.SIGINT)
+    go_on.touch()
+    code, _ = child.exit()
+    assert code == 0, (child.events, child.other_lines)
+    assert child.other_lines == []
+
+
+# Issue 12, defect 5: `sys.exit()` in a synchronous handler ended `lease-worker run` with
+# status 0, stranding every message in flight.
+def test_sys_exit_in_a_sync_handler_fails_its_message_and_the_worker_goes_on(
+    spawn: Callable[..., WorkerProcess],
+) -> None:
+    child = spawn(
+        "--grace-s",
+        "5",
+        "--max-in-flight",
+        "2",
+        SHUTDOWN_APP_SYNC="1",
+        SHUTDOWN_APP_POISON="1",
+        SHUTDOWN_APP_ON_ERROR="backoff",  # back after 5 s: not again before the SIGTERM
+        SHUTDOWN_APP_MESSAGES="4",
+        SHUTDOWN_APP_MEDIUM="4",
+        SHUTDOWN_APP_MEDIUM_S="0.2",
+    )
+    poisoned = child.wait_for_event("app.handler_started", index=0)
+    failed = child.wait_for_event("handler.failed")
+    assert failed["message_id"] == poisoned["message_id"]
+    assert "SystemExit" in failed["exception"]
+    for index in (1, 2, 3):  # the others, received after the poison, are handled
+        child.wait_for_event("app.handler_finished", index=index)
+    child.signal(signal.SIGTERM)
+    code, _ = child.exit()
+    assert code == 0, (child.events, child.other_lines)
+    report = child.report()
+    assert report["queue"] == {"visible": 0, "in_flight": 1, "delayed": 0}
+    message = report["messages"][poisoned["message_id"]]
+    assert message["receive_count"] == 1
+    assert message["visible_at"] > report["now"]  # released with the backoff's 5 s
+
+
+# Issue 12, defect 5: a background task raising ended the worker without releasing anything.
+def test_a_crashing_background_task_releases_what_is_held_and_exits_1(
+    spawn: Callable[..., WorkerProcess],
+) -> None:
+    flush_s = 2.0
+    child = spawn(
+        "--grace-s",
+        "60",
+        "--max-in-flight",
+        str(IN_FLIGHT),
+        SHUTDOWN_APP_CRASH_AFTER=str(IN_FLIGHT),
+        SHUTDOWN_APP_FLUSH_S=str(flush_s),
+        SHUTDOWN_APP_MESSAGES=str(MESSAGES),
+        SHUTDOWN_APP_MEDIUM="0",
+    )
+    started = child.wait_handlers_started(IN_FLIGHT)
+    crashed = child.wait_for_event("worker.crashed")
+    code, _ = child.exit()
+    assert code == 1
+    assert crashed["task"] == "background task crash"
+    assert crashed["error"] == "RuntimeError"
+    assert "Traceback" in crashed["exception"]
+    assert child.other_lines == ["lease-worker: error: background task crash raised RuntimeError"]
+    # No drain (60 s): released at once, within the flush timeout of the crash.
+    releasing = child.events[index_of(child.events, "shutdown.releasing")]
+    assert seconds_between(crashed, releasing) < flush_s
+    report = child.report()
+    assert report["queue"] == {"visible": MESSAGES, "in_flight": 0, "delayed": 0}
+    assert_released_at_once(report, {e["message_id"] for e in started})
+
+
+# Issue 12, defect 15: an unreachable queue service at start-up ended the worker at the first
+# try with a 114-line traceback.
+def test_an_unreachable_queue_service_at_start_up_is_retried_then_one_line_and_exit_1(
+    spawn: Callable[..., WorkerProcess],
+) -> None:
+    with socket.socket() as unused:  # a port nothing listens on: connections are refused
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    call_timeout_s = 0.25  # start-up gives up after 12 of them: 3 s
+    child = spawn(
+        "--backend",
+        "sqs",
+        "--region",
+        "us-east-1",
+        "--endpoint-url",
+        f"http://127.0.0.1:{port}",
+        "--queue-url",
+        f"{QUEUE}=http://127.0.0.1:{port}/000000000000/{QUEUE}",
+        SHUTDOWN_APP_MESSAGES="0",
+        SHUTDOWN_APP_CREATE="0",
+        SHUTDOWN_APP_CALL_TIMEOUT_S=str(call_timeout_s),
+        AWS_ACCESS_KEY_ID="testing",
+        AWS_SECRET_ACCESS_KEY="testing",
+        AWS_CONFIG_FILE=os.devnull,
+        AWS_SHARED_CREDENTIALS_FILE=os.devnull,
+    )
+    started = time.monotonic()
+    code, ended = child.exit()
+    assert code == 1
+    assert ended - started < 12 * call_timeout_s + 5  # the bound, plus start-up itself
+    retries = [e for e in child.events if e["event"] == "queue.check_failed"]
+    assert len(retries) >= 2
+    assert [e["attempt"] for e in retries] == list(range(1, len(retries) + 1))
+    assert len(child.other_lines) == 1, child.other_lines
+    line = child.other_lines[0]
+    assert line.startswith(f"lease-worker: error: queue {QUEUE!r}: no answer from the queue ")
+    assert f"after {len(retries) + 1} attempts" in line

@@ -2,14 +2,30 @@
 
 Settings come from the command line, else from `LEASE_WORKER_*` environment variables, else
 from the application's own `WorkerConfig`.
+
+Signals and exit status:
+- the first SIGTERM or SIGINT starts the shutdown (`Supervisor.request_shutdown`), the
+  second cuts it short; once one has come, later ones are ignored until the process has
+  exited, so that a signal during the final teardown never turns exit 0 into 143 (or a
+  KeyboardInterrupt);
+- exit 0 after a shutdown; 1 with one line on standard error when the worker crashed (a
+  background task or the runtime raised: what it held was released first, and the
+  traceback is in the `worker.crashed` log line), when a queue-service error is fatal, or
+  when start-up kept failing for a transient reason (`STARTUP_CALL_TIMEOUTS`);
+- a handler that swallowed every cancellation is left behind at the end of the shutdown:
+  the process then ends with `os._exit`, since the event loop's own exit would wait for it.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import dataclasses
+import os
 import signal
+import sys
 from collections.abc import Sequence
+from types import FrameType
 from typing import Any
 
 import anyio
@@ -23,10 +39,10 @@ from worker.cli.loader import load_app
 from worker.cli.options import LOG_OPTIONS, Option, add_options
 from worker.cli.processes import run_processes
 from worker.config import LeaseConfig, ShutdownConfig, WorkerConfig
-from worker.errors import ConfigError, FatalBackendError
+from worker.errors import ConfigError, TransientBackendError
 from worker.runtime.metrics import Metrics
 from worker.runtime.queues import create_missing_queues
-from worker.runtime.supervisor import Supervisor
+from worker.runtime.supervisor import Supervisor, WorkerCrashed
 
 __all__ = ["OPTIONS", "add_parser", "run"]
 
@@ -130,7 +146,11 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     metrics = Metrics()
     if args.metrics_port is not None:
         _serve_metrics(metrics, int(args.metrics_port), args.metrics_addr)
-    anyio.run(_serve, app, args, metrics)
+    try:
+        anyio.run(_serve, app, args, metrics)
+    except (WorkerCrashed, TransientBackendError) as error:
+        print(f"lease-worker: error: {error}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -189,29 +209,61 @@ async def _serve(app: Worker, args: argparse.Namespace, metrics: Metrics) -> Non
     if BACKENDS[args.backend].embedded:
         app.startup_hooks.append(lambda context: create_missing_queues(app, context.backend))
     supervisor = Supervisor(app, backend, metrics=metrics)
-    fatal: FatalBackendError | None = None
+    signals = _StopSignals(supervisor)
     try:
-        await supervisor.prepare()
-        async with anyio.create_task_group() as tasks:
-            tasks.start_soon(_watch_signals, supervisor)
-            try:
-                await supervisor.run()
-            except FatalBackendError as error:  # raised after a clean shutdown
-                fatal = error
-            tasks.cancel_scope.cancel()
+        await supervisor.run()
     finally:
-        with anyio.CancelScope(shield=True):
+        with anyio.move_on_after(app.config.call_timeout_s, shield=True):
             await backend.aclose()
-    if fatal is not None:
-        raise fatal
+        signals.close()
+        if supervisor.handlers_running:
+            _exit_now(sys.exc_info()[1])
 
 
-async def _watch_signals(supervisor: Supervisor) -> None:
-    log = structlog.get_logger("lease_worker.cli")
-    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async for signum in signals:
-            log.info("signal.received", signal=signal.Signals(signum).name)
-            supervisor.request_shutdown()
+class _StopSignals:
+    """SIGTERM and SIGINT for the whole run, as plain signal handlers (not the event
+    loop's, which the loop's own exit resets to the default: a signal in the final
+    teardown would then kill the process with 143)."""
+
+    def __init__(self, supervisor: Supervisor) -> None:
+        self._supervisor = supervisor
+        self._loop = asyncio.get_running_loop()
+        self._log = structlog.get_logger("lease_worker.cli")
+        self._received = False
+        self._closed = False
+        self._previous = {
+            signum: signal.signal(signum, self._handle)
+            for signum in (signal.SIGTERM, signal.SIGINT)
+        }
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self._received = True
+        if not self._closed:  # the loop may be closing: nothing to tell it any more
+            self._loop.call_soon_threadsafe(self._on_signal, signum)
+
+    def _on_signal(self, signum: int) -> None:
+        self._log.info("signal.received", signal=signal.Signals(signum).name)
+        self._supervisor.request_shutdown()
+
+    def close(self) -> None:
+        """The run is over. After a stop signal the process is on its way out: keep
+        ignoring them. Otherwise (a crash, an error) put the previous handlers back."""
+        self._closed = True
+        if not self._received:
+            for signum, previous in self._previous.items():
+                signal.signal(signum, previous)
+
+
+def _exit_now(error: BaseException | None) -> None:
+    """End the process at once: a handler task that will not end would hold the loop's exit."""
+    structlog.get_logger("lease_worker.cli").warning("worker.exit_with_handlers_running")
+    status = 0
+    if error is not None:
+        print(f"lease-worker: error: {error}", file=sys.stderr)
+        status = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 def _serve_metrics(metrics: Metrics, port: int, addr: str) -> None:
