@@ -261,7 +261,13 @@ def test_send_receive_delete_with_md5s(sqs: Any) -> None:
     assert message["MD5OfMessageAttributes"] == expected_attributes_md5(ATTRIBUTES)
     system = message["Attributes"]
     assert system["ApproximateReceiveCount"] == "1"
-    assert set(system) >= {"SenderId", "SentTimestamp", "ApproximateFirstReceiveTimestamp"}
+    # A standard queue's message has these four: no group, no sequence, no dead-letter source.
+    assert set(system) == {
+        "SenderId",
+        "SentTimestamp",
+        "ApproximateReceiveCount",
+        "ApproximateFirstReceiveTimestamp",
+    }
 
     sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
     with pytest.raises(sqs.exceptions.ReceiptHandleIsInvalid) as caught:
