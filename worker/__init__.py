@@ -41,6 +41,7 @@ from worker.errors import (
     RegistrationError,
     Retry,
     TransientBackendError,
+    WorkerCrashed,
 )
 from worker.message import Message
 from worker.middleware import CallNext, Middleware
@@ -114,6 +115,7 @@ __all__ = (
     "Worker",
     "WorkerConfig",
     "WorkerContext",
+    "WorkerCrashed",
     "__version__",
     "run",
     "serve",

@@ -5,6 +5,7 @@
     ├── RegistrationError        a bad @app.handler(...) call (also a ValueError)
     ├── DecodeError              a message body the handler's decoder refused
     ├── LeaseLostError           `await lease.extend()` on a lease that is (or became) lost
+    ├── WorkerCrashed            a task of the worker raised; what it held was released
     └── BackendError             a whole queue-service call failed (operation, queue)
         ├── TransientBackendError    throttling, 5xx, timeouts, resets: retry later
         │   └── OverLimit            too many messages in flight on the queue
@@ -37,6 +38,7 @@ __all__ = [
     "RegistrationError",
     "Retry",
     "TransientBackendError",
+    "WorkerCrashed",
 ]
 
 
@@ -64,6 +66,16 @@ class DecodeError(LeaseWorkerError):
 class LeaseLostError(LeaseWorkerError):
     """Raised by `Lease.extend()` when the lease was lost before or during the extension:
     the message's receipt handle is no longer this worker's to use."""
+
+
+class WorkerCrashed(LeaseWorkerError):
+    """A task of the worker (a background task, or one of the runtime's own) raised: the
+    worker released what it held and stopped. The task's exception is the `__cause__`."""
+
+    def __init__(self, task: str, error: BaseException) -> None:
+        super().__init__(f"{task} raised {type(error).__name__}")
+        self.task = task
+        self.__cause__ = error
 
 
 class BackendError(LeaseWorkerError):

@@ -25,7 +25,7 @@ async def test_a_loop_blocked_past_the_margin_logs_one_warning_naming_the_cause(
 
     @app.handler("jobs")
     async def blocking(message: Message) -> None:
-        time.sleep(3)  # the bug under test: blocking code in an async handler
+        time.sleep(3)  # noqa: ASYNC251 - the bug under test: blocking code in an async handler
 
     with capture_logs() as logs:
         async with run_worker(app) as harness:

@@ -23,7 +23,7 @@ from worker import (
     Worker,
     WorkerConfig,
 )
-from worker.runtime.supervisor import STARTUP_CALL_TIMEOUTS
+from worker.runtime.queues import STARTUP_CALL_TIMEOUTS
 from worker.types import QueueInfo, QueueSpec
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]

@@ -17,7 +17,7 @@ from structlog.testing import capture_logs
 
 from tests.recording import RecordingBackend
 from worker import LeaseConfig, Message, ShutdownConfig, Worker, WorkerConfig, WorkerContext
-from worker.runtime.supervisor import WorkerCrashed
+from worker.errors import WorkerCrashed
 from worker.testing import run_worker
 from worker.types import BatchResult, Deletion, OutgoingMessage, QueueSpec, VisibilityChange
 

@@ -11,7 +11,7 @@ import pytest
 from tests.recording import RecordingBackend
 from worker import LeaseConfig, Message, Outcome, OutgoingMessage, Retry, Worker, WorkerConfig
 from worker.testing import run_worker
-from worker.types import BatchResult, Deletion, QueueSpec, VisibilityChange
+from worker.types import BatchResult, Deletion, QueueSpec
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
 
@@ -190,99 +190,6 @@ async def test_adopted_copy_is_renewed_before_its_own_visibility_ends() -> None:
         harness.shutdown()
     # 1: first receive, 2: the copy at 50; a 3rd means it went visible at 80 mid-handler
     assert snapshot is not None and snapshot.receive_count == 2, snapshot
-
-
-# 7. Synchronous handlers cancelled (cap, lost lease, shutdown) run on in their thread but
-#    free their `sync_threads` slot: the same message runs twice at once in this process,
-#    and threads pile up beyond `sync_threads`.
-async def test_abandoned_sync_handler_does_not_run_alongside_its_redelivery() -> None:
-    import threading
-
-    lease = LeaseConfig(visibility_s=30, extension_s=30, renew_margin_s=10, max_lease_s=25)
-    app = Worker(WorkerConfig(lease=lease, max_in_flight=4, sync_threads=1, wait_s=20))
-    release = threading.Event()
-    lock = threading.Lock()
-    running: dict[str, int] = {}
-    worst = [0, 0]  # same message at once, threads at once
-
-    @app.handler("jobs")
-    def job(message: Message) -> None:
-        with lock:
-            running[message.message_id] = running.get(message.message_id, 0) + 1
-            worst[0] = max(worst[0], running[message.message_id])
-            worst[1] = max(worst[1], sum(running.values()))
-        release.wait(0.5)  # a real-time stand-in for a handler stuck in I/O
-        with lock:
-            running[message.message_id] -= 1
-
-    backend = RecordingBackend()
-    await _prepare(backend, "jobs", 1)
-    try:
-        async with run_worker(app, backend=backend) as harness:
-            await harness.wait_for_handled(3)
-            harness.shutdown()
-    finally:
-        release.set()
-    assert worst == [1, 1], worst
-
-
-# 8. The task running the supervisor is cancelled (embedding app shutting down, anyio.run
-#    cancelled): held messages are neither released nor flushed.
-async def test_outer_cancellation_releases_held_messages() -> None:
-    from worker.runtime.supervisor import Supervisor
-
-    app = _app(max_in_flight=5)
-    started = anyio.Event()
-
-    @app.handler("jobs")
-    async def job(message: Message) -> None:
-        started.set()
-        await anyio.sleep(3600)
-
-    backend = RecordingBackend()
-    await _prepare(backend, "jobs", 3)
-    supervisor = Supervisor(app, backend)
-    async with anyio.create_task_group() as tg:
-        await tg.start(supervisor.run)
-        await started.wait()
-        await anyio.sleep(1)
-        tg.cancel_scope.cancel()
-    counts = backend.inner.engine.counts("jobs")
-    assert counts.visible == 3, (counts, [c.operation for c in backend.calls])
-
-
-# 9. During the final flush, a release that fails transiently is retried at once, again and
-#    again, with no pause (flush sets `_flush_all`, which overrides the retry interval).
-async def test_flush_retries_failed_releases_with_a_pause() -> None:
-    from worker import TransientBackendError
-
-    app = _app(max_in_flight=1)
-    started = anyio.Event()
-    many = anyio.Event()
-
-    class Failing(RecordingBackend):
-        async def release(self, queue: str, entries: Sequence[VisibilityChange]) -> BatchResult:
-            self._record("release", queue, len(entries))
-            if len(self.of("release")) > 50:
-                many.set()
-                await anyio.sleep_forever()
-            raise TransientBackendError(
-                "503", operation="ChangeMessageVisibilityBatch", code="ServiceUnavailable"
-            )
-
-    @app.handler("jobs")
-    async def job(message: Message) -> None:
-        started.set()
-        await anyio.sleep(3600)
-
-    backend = Failing()
-    await _prepare(backend, "jobs", 1)
-    async with run_worker(app, backend=backend) as harness:
-        await started.wait()
-        harness.shutdown()
-        harness.shutdown()  # second signal: no drain
-    at = [round(c.at, 3) for c in backend.of("release")]
-    assert not many.is_set(), f"{len(at)} releases at {at[:5]}...{at[-2:]}"
 
 
 async def test_no_renewal_goes_out_beside_a_delete_on_the_wire() -> None:

@@ -39,10 +39,10 @@ from worker.cli.loader import load_app
 from worker.cli.options import LOG_OPTIONS, Option, add_options
 from worker.cli.processes import run_processes
 from worker.config import LeaseConfig, ShutdownConfig, WorkerConfig
-from worker.errors import ConfigError, TransientBackendError
+from worker.errors import ConfigError, TransientBackendError, WorkerCrashed
 from worker.runtime.metrics import Metrics
 from worker.runtime.queues import create_missing_queues
-from worker.runtime.supervisor import Supervisor, WorkerCrashed
+from worker.runtime.supervisor import Supervisor
 
 __all__ = ["OPTIONS", "add_parser", "run"]
 

@@ -41,40 +41,25 @@ from worker.app import Worker, WorkerContext
 from worker.backend import Backend
 from worker.clock import LoopClock
 from worker.core.lease import Lease, LeaseState
-from worker.core.preflight import check_queue
+from worker.core.preflight import check_config, check_queue
 from worker.core.settlement import Outcome
 from worker.errors import (
-    BackendError,
     ConfigError,
     FatalBackendError,
-    LeaseWorkerError,
-    TransientBackendError,
+    WorkerCrashed,
 )
-from worker.runtime.calls import as_backend_error, call_by
 from worker.runtime.dispatcher import Dispatcher
 from worker.runtime.handlers import Executor, Observer
 from worker.runtime.lease_keeper import LeaseKeeper
 from worker.runtime.metrics import Metrics, watch_loop_lag
+from worker.runtime.queues import STARTUP_CALL_TIMEOUTS, queue_info_at_start
 from worker.runtime.receiver import Receiver
 from worker.runtime.scope import HandlerTasks
 from worker.runtime.settler import Settler
 from worker.runtime.slots import Slots
 from worker.types import QueueInfo, ReceivedMessage
 
-__all__ = ["STARTUP_CALL_TIMEOUTS", "Supervisor", "WorkerCrashed", "run", "serve"]
-
-#: How long start-up retries a transient failure, in call timeouts.
-STARTUP_CALL_TIMEOUTS = 12
-
-
-class WorkerCrashed(LeaseWorkerError):
-    """A task of the worker (a background task, or one of the runtime's own) raised: the
-    worker released what it held and stopped. The task's exception is the `__cause__`."""
-
-    def __init__(self, task: str, error: BaseException) -> None:
-        super().__init__(f"{task} raised {type(error).__name__}")
-        self.task = task
-        self.__cause__ = error
+__all__ = ["Supervisor", "run", "serve"]
 
 
 class Supervisor:
@@ -99,6 +84,7 @@ class Supervisor:
             raise ConfigError(
                 f"worker {app.name!r} has no handlers: register one with @app.handler(queue)"
             )
+        check_config(app.config, backend.limits)  # the backend's limits, not SQS's numbers
         self.app = app
         self.backend = backend
         self.clock = LoopClock()
@@ -225,7 +211,15 @@ class Supervisor:
     async def _check_queues(self) -> None:
         give_up_at = self.clock.now() + STARTUP_CALL_TIMEOUTS * self.app.config.call_timeout_s
         for spec in self.app.registry:
-            info = self.queues[spec.queue] = await self._queue_info(spec.queue, give_up_at)
+            info = self.queues[spec.queue] = await queue_info_at_start(
+                self.backend,
+                spec.queue,
+                config=self.app.config,
+                clock=self.clock,
+                give_up_at=give_up_at,
+                stop=self._stop_receiving,
+                log=self._log,
+            )
             self._log.info(
                 "queue.ready",
                 queue=spec.queue,
@@ -235,38 +229,6 @@ class Supervisor:
             )
             for warning in check_queue(spec.policy, info, self.app.config.lease):
                 self._log.warning("queue.config_warning", queue=spec.queue, warning=warning)
-
-    async def _queue_info(self, queue: str, give_up_at: float) -> QueueInfo:
-        config = self.app.config
-        pause, started, attempts = config.receive_backoff_s, self.clock.now(), 0
-        while True:
-            attempts += 1
-            try:
-                return await call_by(
-                    self.clock.now() + config.call_timeout_s,
-                    lambda: self.backend.queue_info(queue),
-                    operation="GetQueueAttributes",
-                    queue=queue,
-                )
-            except FatalBackendError:
-                raise
-            except Exception as raised:
-                error = as_backend_error(raised, self._log, "GetQueueAttributes", queue)
-            if self.stopping or self.clock.now() + pause > give_up_at:
-                raise _no_answer(queue, attempts, self.clock.now() - started, error)
-            self._log.warning(
-                "queue.check_failed",
-                queue=queue,
-                code=error.code or type(error).__name__,
-                error=str(error),
-                attempt=attempts,
-                retry_in_s=pause,
-            )
-            with anyio.move_on_after(pause):
-                await self._stop_receiving.wait()  # a signal ends the wait at once
-            if self.stopping:
-                raise _no_answer(queue, attempts, self.clock.now() - started, error)
-            pause = min(pause * 2, config.receive_backoff_max_s)
 
     async def _receive_until_stopped(
         self, services: TaskGroup, task_status: TaskStatus[None]
@@ -403,20 +365,6 @@ class Supervisor:
         if not self._handlers.ended:
             self._give_up()
         await self.settler.send_now()
-
-
-def _no_answer(
-    queue: str, attempts: int, waited_s: float, error: BackendError
-) -> TransientBackendError:
-    failure = TransientBackendError(
-        f"queue {queue!r}: no answer from the queue service after {attempts} attempts over "
-        f"{waited_s:.0f} s ({error})",
-        operation="GetQueueAttributes",
-        queue=queue,
-        code=error.code,
-    )
-    failure.__cause__ = error
-    return failure
 
 
 async def serve(app: Worker, backend: Backend, **options: Any) -> None:
