@@ -523,3 +523,26 @@ async def test_a_max_lease_shorter_than_the_first_renewal_is_honoured() -> None:
     assert record.outcome is Outcome.TIMED_OUT
     assert cancelled_at == [pytest.approx(started + 5, abs=0.01)]
     assert backend.of("extend") == []
+
+
+async def test_a_delete_on_the_wire_at_outside_cancellation_is_sent_again() -> None:
+    """A delete cancelled on the wire with the settler (the supervisor cancelled from
+    outside) was lost: its handled message lapsed and ran again elsewhere."""
+    app = Worker(WorkerConfig(max_in_flight=1, wait_s=20))
+    submitted = anyio.Event()
+
+    @app.handler("jobs")
+    async def job(message: Message) -> None:
+        return None
+
+    backend = WireBackend(latency={"delete": 3.0})
+    await backend.create_queue(QueueSpec("jobs"))
+    [message_id] = await _send(backend, "jobs", 1)
+    supervisor = Supervisor(app, backend, observers=[lambda *_: submitted.set()])
+    await supervisor.prepare()
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(supervisor.run)
+        await submitted.wait()
+        await anyio.sleep(1)  # the delete is on the wire (3 s)
+        tasks.cancel_scope.cancel()
+    assert backend.inner.engine.peek("jobs", message_id) is None

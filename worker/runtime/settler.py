@@ -183,6 +183,14 @@ class Settler:
                 self._call_failed(key, items, as_backend_error(raised, self._log, operation, queue))
                 return
             self._apply(queue, action, items, result, handles)
+        except anyio.get_cancelled_exc_class():
+            # Cancelled with the settler (the supervisor cancelled from outside): the call
+            # may not have landed, so `send_now` sends it again rather than let a handled
+            # message lapse and run twice (a repeated delete is harmless).
+            for lease, visibility in items:
+                if lease.active:
+                    self._again(lease, action, visibility)
+            raise
         finally:
             for lease, _ in items:
                 lease.settle_call = False
