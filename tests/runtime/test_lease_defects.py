@@ -22,6 +22,7 @@ from worker import (
     Message,
     Outcome,
     OutgoingMessage,
+    Retry,
     TransientBackendError,
     Worker,
     WorkerConfig,
@@ -546,3 +547,24 @@ async def test_a_delete_on_the_wire_at_outside_cancellation_is_sent_again() -> N
         await anyio.sleep(1)  # the delete is on the wire (3 s)
         tasks.cancel_scope.cancel()
     assert backend.inner.engine.peek("jobs", message_id) is None
+
+
+async def test_a_retry_after_the_handler_cap_is_clamped_by_the_service_cap_only() -> None:
+    """`Retry(after_s)` was clamped to the time left under the handler's own max_lease_s (a
+    1 s cap made Retry(after_s=3600) a release at 0): the release may last until the
+    service's cap, 12 h from the receive."""
+    lease = LeaseConfig(visibility_s=30, max_lease_s=60)
+    app = Worker(WorkerConfig(lease=lease, max_in_flight=1, wait_s=20))
+
+    @app.handler("jobs")
+    async def job(message: Message) -> None:
+        await anyio.sleep(40)
+        raise Retry(after_s=3_600)
+
+    backend = RecordingBackend()
+    await backend.create_queue(QueueSpec("jobs"))
+    await _send(backend, "jobs", 1)
+    async with run_worker(app, backend=backend) as harness:
+        await harness.wait_for_handled(1)
+        await harness.wait_until_idle()
+    assert [c.visibility for c in backend.of("release")] == [(3_600,)]

@@ -50,6 +50,7 @@ class Lease:
         "cancel_reason",
         "deadline",
         "extending",
+        "invisible_until",
         "lost_reason",
         "max_until",
         "message_id",
@@ -74,6 +75,7 @@ class Lease:
         visibility_s: float,
         max_lease_s: float,
         now: Callable[[], float],
+        service_max_lease_s: float | None = None,
         on_finish: Callable[[Lease], None] | None = None,
     ) -> None:
         self.queue = queue
@@ -81,7 +83,12 @@ class Lease:
         self.receipt_handle = receipt_handle
         self.received_at = received_at
         self.deadline = received_at + visibility_s
+        #: The handler's cap (`LeaseConfig.max_lease_s`): renewals stop here.
         self.max_until = received_at + max_lease_s
+        #: The service's cap (SQS: 12 h from the receive): no release asks past it.
+        self.invisible_until = received_at + (
+            max_lease_s if service_max_lease_s is None else service_max_lease_s
+        )
         self.state = LeaseState.HELD
         self.lost_reason: str | None = None
         self.renewals = 0
@@ -138,7 +145,13 @@ class Lease:
         return self.state in (LeaseState.HELD, LeaseState.SETTLING)
 
     def cap_left_s(self, now: float) -> float:
+        """Time left before the handler's cap (`max_lease_s` from the receive)."""
         return self.max_until - now
+
+    def invisible_left_s(self, now: float) -> float:
+        """How long the message may still be kept invisible, by the service's own cap: the
+        longest delay a release may ask for (`Retry(after_s)`, a backoff)."""
+        return self.invisible_until - now
 
     def next_visibility(self, now: float, extension_s: int) -> int:
         """Visibility for a renewal at `now`, never past the lease's hard cap."""

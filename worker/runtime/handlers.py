@@ -213,7 +213,7 @@ class Executor:
                 retry_after_s=retry_after,
                 min_release_s=self._limits.min_release_visibility_s,
                 max_visibility_s=self._limits.max_visibility_s,
-                cap_left_s=lease.cap_left_s(now),
+                cap_left_s=lease.invisible_left_s(now),
             )
         self._log.debug(
             "handler.done",

@@ -131,6 +131,7 @@ class Receiver:
                 received_at=handed_out,
                 visibility_s=lease_config.visibility_s,
                 max_lease_s=min(lease_config.max_lease_s, self._backend.limits.max_lease_s),
+                service_max_lease_s=self._backend.limits.max_lease_s,
                 now=self._clock.now,
                 on_finish=self._finished,
             )
