@@ -5,7 +5,9 @@ serves the in-memory engine over SQS's JSON protocol (`worker.cli.serve`);
 `lease-worker --version` prints `lease-worker <version>`.
 
 Invalid settings end the process with status 2 and one line saying which setting and why; a
-fatal queue-service error (missing queue, access denied) with status 1.
+fatal queue-service error (missing queue, access denied), a start-up that could not reach the
+queue service, or a crash of the worker (after it released what it held) with status 1 and
+one line.
 """
 
 from __future__ import annotations
