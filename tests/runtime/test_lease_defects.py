@@ -150,7 +150,7 @@ async def test_a_message_handed_out_late_in_a_long_poll_is_extended_before_its_d
     assert _lost(harness, "lapsed") == 0
 
 
-def test_visibility_wait_and_margin_are_cross_checked() -> None:
+async def test_visibility_wait_and_margin_are_cross_checked() -> None:
     """Defect 1: contradictory lease settings are refused with a clear error at once."""
     with pytest.raises(ValueError, match="renew_margin_s"):
         LeaseConfig(visibility_s=6, extension_s=6, renew_margin_s=6)
