@@ -48,6 +48,7 @@ from worker.core.settlement import Outcome
 from worker.errors import TransientBackendError
 from worker.runtime.calls import as_backend_error, call_by
 from worker.runtime.metrics import Metrics
+from worker.runtime.waiters import Waiters
 from worker.types import BatchResult, EntryFailure, VisibilityChange
 
 __all__ = ["LeaseKeeper"]
@@ -82,10 +83,9 @@ class LeaseKeeper:
         self._durations = DurationHistogram(
             min_s=config.adaptive_min_s, max_s=config.adaptive_max_s
         )
-        #: Requests waiting for a renewal of their lease: (event, number of waiters).
-        self._requests: dict[Lease, tuple[anyio.Event, int]] = {}
-        #: Set when the renewal of a lease that someone waits on comes back.
-        self._extension_done: dict[Lease, anyio.Event] = {}
+        self._requests: Waiters[Lease] = Waiters()
+        #: Callers waiting for a renewal on the wire to come back.
+        self._idle: Waiters[Lease] = Waiters()
         self._blocked = False
 
     # -- bookkeeping ------------------------------------------------------------------------
@@ -142,24 +142,9 @@ class LeaseKeeper:
         if not 0 <= visibility_s <= limit:
             raise ValueError(f"visibility_s={visibility_s!r}: must be within 0..{limit}")
         lease.requested_visibility_s = visibility_s
-        done, waiters = self._requests.get(lease, (anyio.Event(), 0))
-        self._requests[lease] = (done, waiters + 1)
         if not lease.extending:  # else the call on the wire reschedules it when it returns
             self._schedule_renewal(lease, at=self._clock.now())
-        try:
-            await done.wait()
-        finally:
-            self._leave_request(lease, done)
-
-    def _leave_request(self, lease: Lease, done: anyio.Event) -> None:
-        """A waiter left (answered or cancelled): forget the entry with its last waiter."""
-        entry = self._requests.get(lease)
-        if entry is None or entry[0] is not done:
-            return
-        if entry[1] <= 1:
-            del self._requests[lease]
-        else:
-            self._requests[lease] = (done, entry[1] - 1)
+        await self._requests.wait(lease)
 
     async def wait_extension_idle(self, lease: Lease, hold_s: float = 0.0) -> None:
         """Wait for a renewal of `lease` on the wire, so that a later call uses the newest
@@ -167,8 +152,7 @@ class LeaseKeeper:
         renewal after it (renewing it now if need be), when it can still be renewed."""
         while True:
             while lease.extending:
-                done = self._extension_done.setdefault(lease, anyio.Event())
-                await done.wait()
+                await self._idle.wait(lease)
             if hold_s <= 0 or not self._needs_renewal_before(lease, hold_s):
                 return
             await self._request_extension(lease, self.extension_s())
@@ -191,9 +175,7 @@ class LeaseKeeper:
 
     def _end_extension(self, lease: Lease) -> None:
         lease.extending = False
-        done = self._extension_done.pop(lease, None)
-        if done is not None:
-            done.set()
+        self._idle.wake(lease)
 
     # -- the task ---------------------------------------------------------------------------
 
@@ -425,6 +407,4 @@ class LeaseKeeper:
         self._notify(lease)
 
     def _notify(self, lease: Lease) -> None:
-        entry = self._requests.pop(lease, None)
-        if entry is not None:
-            entry[0].set()
+        self._requests.wake(lease)
