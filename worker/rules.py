@@ -12,6 +12,8 @@ name every one of them accepts.
 - A batch entry id is 1-80 characters of `[A-Za-z0-9_-]`.
 - A body, and a String or Number attribute value, holds only characters of XML 1.0: tab, line
   feed, carriage return, U+0020-U+D7FF, U+E000-U+FFFD and U+10000-U+10FFFF.
+- What one call may carry is `SQS_LIMITS`: 10 messages a receive or a batch, long polls up
+  to 20 s, visibility 0-43,200 s, and at most 12 h invisible counted from the receive.
 - SQS's legacy error codes carry the prefix `AWS.SimpleQueueService.` (its JSON protocol may
   report one code with or without it); `bare_code` and `legacy_code` move between the two.
 """
@@ -20,10 +22,13 @@ from __future__ import annotations
 
 import re
 
+from worker.backend import Limits
+
 __all__ = [
     "ENTRY_ID_RULE",
     "LEGACY_CODE_PREFIX",
     "QUEUE_NAME_RULE",
+    "SQS_LIMITS",
     "bare_code",
     "is_entry_id",
     "is_message_text",
@@ -33,6 +38,21 @@ __all__ = [
     "queue_name",
     "queue_name_in_arn",
 ]
+
+#: What Amazon SQS allows per call.
+SQS_LIMITS = Limits(
+    receive_batch=10,
+    delete_batch=10,
+    extend_batch=10,
+    release_batch=10,
+    send_batch=10,
+    max_wait_s=20,
+    min_release_visibility_s=0,
+    max_visibility_s=43_200,
+    max_lease_s=43_200,
+    extension_returns_new_handle=False,
+    supports_peek=False,
+)
 
 #: The queue-name rule in words, for error messages.
 QUEUE_NAME_RULE = "1-80 letters, digits, '-' or '_', counting the '.fifo' that ends a FIFO name"

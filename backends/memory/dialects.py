@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from worker.backend import Limits
+from worker.rules import SQS_LIMITS
 
 __all__ = ["SQS_DIALECT", "Dialect"]
 
@@ -51,12 +52,12 @@ class Dialect:
 
 SQS_DIALECT = Dialect(
     name="sqs",
-    max_batch_entries=10,
-    max_receive=10,
-    min_visibility_s=0,
-    max_visibility_s=43_200,
-    max_lease_s=43_200,
+    max_batch_entries=SQS_LIMITS.delete_batch,
+    max_receive=SQS_LIMITS.receive_batch,
+    min_visibility_s=SQS_LIMITS.min_release_visibility_s,
+    max_visibility_s=SQS_LIMITS.max_visibility_s,
+    max_lease_s=SQS_LIMITS.max_lease_s,
     max_delay_s=900,
     max_message_bytes=1_048_576,
-    max_wait_s=20,
+    max_wait_s=SQS_LIMITS.max_wait_s,
 )

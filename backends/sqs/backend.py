@@ -30,7 +30,7 @@ from backends.sqs.errors import check_entry_ids, check_receive, check_visibility
 from backends.sqs.settings import DEFAULT_SYSTEM_ATTRIBUTES, SqsSettings
 from worker.backend import Limits
 from worker.errors import ConfigError, QueueNotFound
-from worker.rules import is_url, queue_name
+from worker.rules import SQS_LIMITS, is_url, queue_name
 from worker.types import (
     BatchResult,
     Deletion,
@@ -41,22 +41,7 @@ from worker.types import (
     VisibilityChange,
 )
 
-__all__ = ["SQS_LIMITS", "SqsBackend"]
-
-#: What Amazon SQS allows per call.
-SQS_LIMITS = Limits(
-    receive_batch=10,
-    delete_batch=10,
-    extend_batch=10,
-    release_batch=10,
-    send_batch=10,
-    max_wait_s=20,
-    min_release_visibility_s=0,
-    max_visibility_s=43_200,
-    max_lease_s=43_200,
-    extension_returns_new_handle=False,
-    supports_peek=False,
-)
+__all__ = ["SqsBackend"]
 
 
 def _skip_user_agent_rebuild(client: Any) -> None:

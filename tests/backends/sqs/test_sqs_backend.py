@@ -26,7 +26,6 @@ from botocore.exceptions import (
 
 from backends.serve.sqs.endpoint import sqs_endpoint_in_thread
 from backends.sqs import SqsBackend, SqsSettings
-from backends.sqs.backend import SQS_LIMITS
 from backends.sqs.errors import map_error
 from backends.sqs.settings import DEFAULT_SYSTEM_ATTRIBUTES
 from worker.backend import Backend, QueueAdmin
@@ -39,6 +38,7 @@ from worker.errors import (
     QueueNotFound,
     TransientBackendError,
 )
+from worker.rules import SQS_LIMITS
 from worker.types import (
     Deletion,
     EntryFailure,
