@@ -87,6 +87,8 @@ class LeaseKeeper:
         #: Callers waiting for a renewal on the wire to come back.
         self._idle: Waiters[Lease] = Waiters()
         self._blocked = False
+        #: The keeper's task has ended (shutdown, crash): nobody will renew anything now.
+        self._down = False
 
     # -- bookkeeping ------------------------------------------------------------------------
 
@@ -142,6 +144,8 @@ class LeaseKeeper:
         if not 0 <= visibility_s <= limit:
             raise ValueError(f"visibility_s={visibility_s!r}: must be within 0..{limit}")
         lease.requested_visibility_s = visibility_s
+        if self._down:
+            return  # no renewal will come: waiting would hang a delete or a handler
         if not lease.extending:  # else the call on the wire reschedules it when it returns
             self._schedule_renewal(lease, at=self._clock.now())
         await self._requests.wait(lease)
@@ -161,8 +165,10 @@ class LeaseKeeper:
 
     def _needs_renewal_before(self, lease: Lease, hold_s: float) -> bool:
         now = self._clock.now()
-        if not lease.tracked or not lease.active or now >= lease.deadline:
+        if self._down or not lease.tracked or not lease.active or now >= lease.deadline:
             return False
+        if self._at_cap(lease, now):
+            return False  # the keeper would cap it, not renew it: asking again would spin
         # After a call abandoned at `hold_s`, the keeper looks again within one retry
         # interval and needs one renewal call's time: the lease must last that long.
         config = self._config
@@ -173,6 +179,10 @@ class LeaseKeeper:
         gain = lease.next_visibility(now, self.extension_s()) - time_left
         return time_left < needed and gain > config.effective_renew_timeout_s
 
+    def _at_cap(self, lease: Lease, now: float) -> bool:
+        """A renewal could not carry the lease past its next due time."""
+        return math.floor(lease.cap_left_s(now)) <= self._config.renew_margin_s
+
     def _end_extension(self, lease: Lease) -> None:
         lease.extending = False
         self._idle.wake(lease)
@@ -180,6 +190,14 @@ class LeaseKeeper:
     # -- the task ---------------------------------------------------------------------------
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        try:
+            await self._run(task_status)
+        finally:
+            self._down = True
+            self._requests.wake_all()
+            self._idle.wake_all()
+
+    async def _run(self, task_status: TaskStatus[None]) -> None:
         async with anyio.create_task_group() as calls:
             task_status.started()
             while True:
@@ -235,8 +253,7 @@ class LeaseKeeper:
                 # lost lease (and on SMQ it would change the handle under the delete).
                 retry_at = now + self._config.retry_interval_s
                 self._schedule_renewal(lease, at=min(retry_at, lease.deadline))
-            elif math.floor(lease.cap_left_s(now)) <= self._config.renew_margin_s:
-                # A renewal could not carry the lease past its next due time.
+            elif self._at_cap(lease, now):
                 self._cap(lease)
             else:
                 asked = lease.requested_visibility_s

@@ -79,6 +79,8 @@ class Settler:
         self._calls_in_flight = 0
         self._idle: anyio.Event | None = None  # made by `flush`, set when all is sent
         self._flush_all = False
+        #: The settler's task has ended: `flush` cannot wait for it, `send_now` must send.
+        self._down = False
 
     def submit(self, lease: Lease, settlement: Settlement) -> None:
         """Queue a delete or release of `lease`; FORGET settles it here and now."""
@@ -102,7 +104,7 @@ class Settler:
 
     async def flush(self) -> None:
         """Send everything pending now and wait until no call is in flight."""
-        while self._pending or self._calls_in_flight:
+        while (self._pending or self._calls_in_flight) and not self._down:
             self._flush_all = True
             self._idle = self._idle or anyio.Event()
             self._wake.set()
@@ -119,6 +121,14 @@ class Settler:
             await self._send(key, items, hold=False)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        try:
+            await self._run(task_status)
+        finally:
+            self._down = True
+            if self._idle is not None:
+                self._idle.set()
+
+    async def _run(self, task_status: TaskStatus[None]) -> None:
         async with anyio.create_task_group() as calls:
             task_status.started()
             while True:

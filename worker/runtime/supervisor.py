@@ -350,10 +350,10 @@ class Supervisor:
 
     async def _flush(self, until: float) -> None:
         with anyio.CancelScope(deadline=until, shield=True) as scope:
-            if self._settler_down:
-                await self.settler.send_now()
-            else:
+            if not self._settler_down:
                 await self.settler.flush()
+            if self._settler_down:  # also when it went down during the flush
+                await self.settler.send_now()
         if scope.cancelled_caught:
             self._log.error("shutdown.flush_timed_out", pending=self.settler.pending)
 

@@ -33,6 +33,12 @@ class Waiters(Generic[K]):
         finally:
             self._leave(key, done)
 
+    def wake_all(self) -> None:
+        """Wake every waiter (the one who would wake them is gone)."""
+        entries, self._entries = self._entries, {}
+        for done, _ in entries.values():
+            done.set()
+
     def wake(self, key: K) -> None:
         entry = self._entries.pop(key, None)
         if entry is not None:
