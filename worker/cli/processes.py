@@ -103,6 +103,7 @@ class _Fleet:
         self._metrics_port = metrics_port
         self._children = [_Child(index) for index in range(count)]
         self._stopping = False
+        self._stop_signal = signal.SIGTERM
         self._worst = 0
         self._log = structlog.get_logger("lease_worker.processes")
 
@@ -124,9 +125,13 @@ class _Fleet:
             return
         child.process, child.started = process, time.monotonic()
         self._log.info("process.started", index=child.index, pid=process.pid)
+        if self._stopping:
+            # The signal came while Popen ran: the handler did not see this child yet.
+            os.kill(process.pid, self._stop_signal)
 
     def signal_all(self, signum: int, frame: FrameType | None = None) -> None:
         self._stopping = True
+        self._stop_signal = signal.Signals(signum)
         for child in self._children:
             if child.process is not None:
                 # os.kill, not Popen.send_signal: its poll() would reap a child that just

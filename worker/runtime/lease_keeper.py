@@ -57,6 +57,9 @@ __all__ = ["LeaseKeeper"]
 _LOST_CODES = frozenset({"ReceiptHandleIsInvalid", "MessageNotInflight", "InvalidReceiptHandle"})
 #: The service refused the visibility itself: in practice the 12 h cap, measured by the service.
 _CAP_CODES = frozenset({"InvalidParameterValue"})
+#: Whole-call refusals that one entry can cause: asked again one lease a call. Others
+#: (access denied, a missing queue) are the same for every lease: no point splitting.
+_ENTRY_CODES = _LOST_CODES | _CAP_CODES | frozenset({"MissingParameter", "ValidationError"})
 
 #: (lease, visibility sent, the handler's request it answers or None)
 _Renewal = tuple[Lease, int, int | None]
@@ -275,7 +278,11 @@ class LeaseKeeper:
                 result = await self._extend_before_deadline(queue, entries, renewals)
             except Exception as raised:
                 error = as_backend_error(raised, self._log, "ChangeMessageVisibilityBatch", queue)
-                one_by_one = len(renewals) > 1 and not isinstance(error, TransientBackendError)
+                one_by_one = (
+                    len(renewals) > 1
+                    and not isinstance(error, TransientBackendError)
+                    and error.code in _ENTRY_CODES
+                )
                 self._call_failed(queue, len(renewals), error, one_by_one)
                 result = BatchResult(
                     failed=tuple(
