@@ -12,7 +12,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from tests.recording import RecordingBackend
-from worker import LeaseConfig, Message, ShutdownConfig, Worker, WorkerConfig, WorkerCrashed
+from worker import LeaseConfig, Message, ShutdownConfig, Worker, WorkerConfig
 from worker.clock import LoopClock
 from worker.core.lease import Lease
 from worker.runtime.lease_keeper import LeaseKeeper
@@ -27,31 +27,30 @@ class Poison(BaseException):
     """A BaseException out of the backend: a bug, not a queue-service answer."""
 
 
-async def test_a_delete_does_not_wait_for_a_renewal_from_a_keeper_that_crashed() -> None:
+async def test_nothing_waits_for_a_renewal_from_a_keeper_whose_task_ended() -> None:
     """The keeper crashed; a delete near its lease's deadline asked it for a renewal first,
     no answer came, the flush timed out, and the handled message ran again."""
-    lease = LeaseConfig(visibility_s=30, extension_s=30, renew_margin_s=10)
-    shutdown = ShutdownConfig(grace_s=60, flush_timeout_s=4)
-    config = WorkerConfig(
-        lease=lease, max_in_flight=1, wait_s=20, call_timeout_s=8, shutdown=shutdown
-    )
-    app = Worker(config)
-
-    @app.handler("jobs")
-    async def job(message: Message) -> None:
-        await anyio.sleep(18)  # 12 s left < 8 + 1 + 3.33: the delete wants a renewal first
-
     backend = RecordingBackend()
-    backend.failures["extend"] = [Poison()]  # type: ignore[list-item]
-    await backend.create_queue(QueueSpec("jobs", visibility_timeout_s=30))
-    result = await backend.inner.send("jobs", [OutgoingMessage(body="{}")])
-    message_id = result.message_ids["0"]
-    with capture_logs() as logs, pytest.raises(BaseExceptionGroup) as caught:
-        async with run_worker(app, backend=backend):
-            await anyio.sleep_forever()
-    assert isinstance(caught.value.exceptions[0], WorkerCrashed)
-    assert "shutdown.flush_timed_out" not in [e["event"] for e in logs]
-    assert backend.inner.engine.peek("jobs", message_id) is None
+    await backend.create_queue(QueueSpec("jobs"))
+    config = LeaseConfig(visibility_s=30, extension_s=30, renew_margin_s=10)
+    keeper = LeaseKeeper(backend, config, clock=LoopClock(), metrics=Metrics())
+    lease = Lease(
+        queue="jobs",
+        message_id="m",
+        receipt_handle="h",
+        received_at=anyio.current_time() - 28,  # 2 s left: a delete would want a renewal
+        visibility_s=30,
+        max_lease_s=43_200,
+        now=anyio.current_time,
+    )
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(keeper.run)
+        tasks.cancel_scope.cancel()  # the keeper's task ends (a crash, or the shutdown)
+    keeper.track(lease)  # held by a handler that finishes after that
+    with anyio.fail_after(1):
+        await keeper.wait_extension_idle(lease, 3.0)
+        await lease.extend(60)
+    assert backend.of("extend") == []
 
 
 async def test_waiting_for_time_before_a_delete_does_not_spin_at_the_cap() -> None:

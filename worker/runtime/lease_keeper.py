@@ -9,9 +9,10 @@ Rules:
 - Choosing a lease for renewal and marking it `extending` is one step (no await between):
   the settler, which checks `extending` and marks `settle_call` in one step too, never puts a
   delete or release on the wire beside a renewal of the same handle.
-- A lease whose delete or release is on the wire (`settle_call`) is not renewed; a delete is
-  sent only once the lease has time left for the call and a renewal after it
-  (`wait_extension_idle(lease, hold_s)`), so a slow delete cannot let the lease lapse.
+- A lease whose delete or release is on the wire (`settle_call`) is not renewed; the settler
+  abandons a delete in time for a renewal after it, and has the lease renewed first when not
+  even a call's time is left (`wait_extension_idle(lease, hold_s)`), so a slow delete
+  cannot let the lease lapse.
 - A handler's `await lease.extend(s)` is a request kept until a renewal with `s` succeeds
   (a failed call is retried with the same `s`), or the lease is lost or capped.
 

@@ -7,8 +7,9 @@ latency. Calls run side by side.
 Ordering with the lease keeper:
 - a delete keeps its lease renewed until the service confirms it, since a lapse before the
   delete lands would hand the message to another consumer. No renewal goes out while the
-  delete is on the wire, so a delete is sent only when the lease has time left for the call
-  and a renewal after it: if not, the keeper renews it first;
+  delete is on the wire, so the delete is abandoned (and retried) in time for a renewal
+  after it: a retry interval and a renewal call before the lease's deadline. If that leaves
+  less than a renewal call's time, the keeper renews the lease first;
 - a release stops renewals first (a renewal landing after the release would hide the
   message again); if the release itself fails the lease simply lapses, which is what a
   release asked for, only later.
@@ -60,6 +61,7 @@ class Settler:
         wait_extension_idle: Callable[[Lease, float], Awaitable[None]],
         retry_interval_s: float = 1.0,
         call_timeout_s: float = 5.0,
+        renew_timeout_s: float = 1.0,
         logger: Any = None,
     ) -> None:
         self._backend = backend
@@ -70,6 +72,7 @@ class Settler:
         self._wait_extension_idle = wait_extension_idle
         self._retry_interval = retry_interval_s
         self._call_timeout = call_timeout_s
+        self._renew_timeout = renew_timeout_s
         self._log = logger or structlog.get_logger("lease_worker.settle")
         self._pending: dict[_Key, list[_Item]] = {}
         self._first_at: dict[_Key, float] = {}
@@ -183,7 +186,7 @@ class Settler:
             handles = [lease.receipt_handle for lease, _ in items]
             self._metrics.settle_calls.labels(queue, action.value).inc()
             try:
-                result = await self._call(queue, action, items)
+                result = await self._call(queue, action, items, hold=hold)
             except Exception as raised:
                 operation = (
                     "DeleteMessageBatch"
@@ -211,7 +214,7 @@ class Settler:
         """Wait until no renewal of these leases is on the wire (a delete's lease renewed
         first if it could lapse during the call), then mark them `settle_call`, with no
         await between the last check and the marks: the keeper renews none of them after."""
-        hold_s = self._call_timeout if hold and action is Action.DELETE else 0.0
+        hold_s = self._renew_timeout if hold and action is Action.DELETE else 0.0
         while True:
             for lease, _ in items:
                 await self._wait_extension_idle(lease, hold_s)
@@ -220,9 +223,24 @@ class Settler:
         for lease, _ in items:
             lease.settle_call = True
 
-    async def _call(self, queue: str, action: Action, items: Sequence[_Item]) -> BatchResult:
+    def _delete_deadline(self, items: Sequence[_Item]) -> float:
+        """A delete is abandoned in time for a renewal after it (no renewal goes out while it
+        is on the wire): a retry interval and a renewal call before the earliest deadline.
+        `_claim` made sure that leaves at least a call's normal time, where it could."""
+        now = self._clock.now()
+        latest = min(lease.deadline for lease, _ in items)
+        latest -= self._retry_interval + self._renew_timeout
+        if latest < now + self._renew_timeout:  # could not be renewed (cap): best effort
+            return now + self._call_timeout
+        return min(now + self._call_timeout, latest)
+
+    async def _call(
+        self, queue: str, action: Action, items: Sequence[_Item], *, hold: bool
+    ) -> BatchResult:
         deadline = self._clock.now() + self._call_timeout
         if action is Action.DELETE:
+            if hold:  # else no renewal can follow (the keeper is gone): all the time there is
+                deadline = self._delete_deadline(items)
             deletions = [
                 Deletion(str(i), lease.receipt_handle) for i, (lease, _) in enumerate(items)
             ]

@@ -102,6 +102,7 @@ class Supervisor:
             wait_extension_idle=self.keeper.wait_extension_idle,
             retry_interval_s=config.lease.retry_interval_s,
             call_timeout_s=config.call_timeout_s,
+            renew_timeout_s=config.lease.effective_renew_timeout_s,
         )
         self.executor = Executor(
             keeper=self.keeper,
