@@ -21,7 +21,7 @@ from worker import (
 from worker.core.histogram import DurationHistogram
 from worker.core.preflight import check_queue
 from worker.core.schedule import LeaseSchedule
-from worker.core.settlement import Action, Outcome, Settlement, settle
+from worker.core.settlement import Action, Outcome, Settlement, settlement_for
 from worker.registry import HandlerSpec
 from worker.types import QueueInfo, RedrivePolicy
 
@@ -102,37 +102,48 @@ EXPIRE = ErrorPolicy(on_error=OnError.EXPIRE)
 
 @pytest.mark.parametrize("outcome", [Outcome.SUCCEEDED, Outcome.DISCARDED])
 def test_success_and_discard_delete(outcome: Outcome) -> None:
-    assert settle(outcome, policy=EXPIRE, receive_count=1).action is Action.DELETE
+    assert settlement_for(outcome, policy=EXPIRE, receive_count=1).action is Action.DELETE
 
 
 def test_lost_lease_is_forgotten_whatever_the_policy() -> None:
     for policy in (RELEASE, BACKOFF, EXPIRE):
-        assert settle(Outcome.LEASE_LOST, policy=policy, receive_count=3).action is Action.FORGET
+        assert (
+            settlement_for(Outcome.LEASE_LOST, policy=policy, receive_count=3).action
+            is Action.FORGET
+        )
 
 
 def test_failure_follows_the_policy() -> None:
-    assert settle(Outcome.FAILED, policy=RELEASE, receive_count=1) == Settlement(Action.RELEASE, 0)
-    assert settle(Outcome.FAILED, policy=EXPIRE, receive_count=1).action is Action.FORGET
+    assert settlement_for(Outcome.FAILED, policy=RELEASE, receive_count=1) == Settlement(
+        Action.RELEASE, 0
+    )
+    assert settlement_for(Outcome.FAILED, policy=EXPIRE, receive_count=1).action is Action.FORGET
     delays = [
-        settle(Outcome.FAILED, policy=BACKOFF, receive_count=n).visibility_s for n in (1, 2, 3, 4)
+        settlement_for(Outcome.FAILED, policy=BACKOFF, receive_count=n).visibility_s
+        for n in (1, 2, 3, 4)
     ]
     assert delays == [10, 30, 90, 100]
-    assert settle(Outcome.TIMED_OUT, policy=BACKOFF, receive_count=2).visibility_s == 30
+    assert settlement_for(Outcome.TIMED_OUT, policy=BACKOFF, receive_count=2).visibility_s == 30
 
 
 def test_shutdown_releases_at_once_even_under_expire() -> None:
-    assert settle(Outcome.SHUTDOWN, policy=EXPIRE, receive_count=1) == Settlement(Action.RELEASE, 0)
+    assert settlement_for(Outcome.SHUTDOWN, policy=EXPIRE, receive_count=1) == Settlement(
+        Action.RELEASE, 0
+    )
 
 
 def test_release_respects_backend_minimum_and_the_cap() -> None:
-    got = settle(Outcome.SHUTDOWN, policy=RELEASE, receive_count=1, min_release_s=1)
+    got = settlement_for(Outcome.SHUTDOWN, policy=RELEASE, receive_count=1, min_release_s=1)
     assert got == Settlement(Action.RELEASE, 1)
-    capped = settle(
+    capped = settlement_for(
         Outcome.RETRY, policy=RELEASE, receive_count=1, retry_after_s=900, cap_left_s=60.5
     )
     assert capped == Settlement(Action.RELEASE, 60)
     assert (
-        settle(Outcome.RETRY, policy=RELEASE, receive_count=1, retry_after_s=2.2).visibility_s == 3
+        settlement_for(
+            Outcome.RETRY, policy=RELEASE, receive_count=1, retry_after_s=2.2
+        ).visibility_s
+        == 3
     )
 
 

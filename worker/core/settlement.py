@@ -22,7 +22,7 @@ from enum import Enum
 
 from worker.config import ErrorPolicy, OnError
 
-__all__ = ["Action", "Outcome", "Settlement", "settle"]
+__all__ = ["Action", "Outcome", "Settlement", "settlement_for"]
 
 
 class Outcome(Enum):
@@ -52,7 +52,7 @@ DELETE = Settlement(Action.DELETE)
 FORGET = Settlement(Action.FORGET)
 
 
-def settle(
+def settlement_for(
     outcome: Outcome,
     *,
     policy: ErrorPolicy,

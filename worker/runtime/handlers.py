@@ -34,7 +34,7 @@ import structlog
 from worker.backend import Limits
 from worker.clock import Clock
 from worker.core.lease import Lease, LeaseState
-from worker.core.settlement import Action, Outcome, Settlement, settle
+from worker.core.settlement import Action, Outcome, Settlement, settlement_for
 from worker.errors import DecodeError, Discard, Retry
 from worker.message import Message
 from worker.middleware import CallNext, build_chain
@@ -206,7 +206,7 @@ class Executor:
         if self._threads.busy((received.queue, received.message_id)):
             settlement = _FORGET  # its thread runs on: never handed back before it ends
         else:
-            settlement = settle(
+            settlement = settlement_for(
                 outcome,
                 policy=spec.policy,
                 receive_count=received.receive_count,
