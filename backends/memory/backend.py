@@ -52,6 +52,7 @@ class MemoryBackend:
         elif clock is not None and clock is not engine.clock:
             raise ValueError("pass a clock or an engine (which has its clock), not both")
         self._engine = engine
+        self._limits = engine.dialect.limits  # read several times per message: made once
         self._clock = engine.clock
         self._waiters: dict[str, set[anyio.Event]] = {}
         self._unsubscribe = engine.subscribe(self._on_change)
@@ -63,7 +64,7 @@ class MemoryBackend:
 
     @property
     def limits(self) -> Limits:
-        return self._engine.dialect.limits
+        return self._limits
 
     # -- Backend ------------------------------------------------------------------------
 

@@ -115,6 +115,7 @@ class Receiver:
             queue=self.queue,
         )
         handed_out = self._handed_out(sent_at)
+        service_max_lease_s = self._backend.limits.max_lease_s
         held = 0
         for received in messages:
             self._metrics.received.labels(self.queue).inc()
@@ -130,15 +131,23 @@ class Receiver:
                 receipt_handle=received.receipt_handle,
                 received_at=handed_out,
                 visibility_s=lease_config.visibility_s,
-                max_lease_s=min(lease_config.max_lease_s, self._backend.limits.max_lease_s),
-                service_max_lease_s=self._backend.limits.max_lease_s,
+                max_lease_s=min(lease_config.max_lease_s, service_max_lease_s),
+                service_max_lease_s=service_max_lease_s,
                 now=self._clock.now,
                 on_finish=self._finished,
             )
             held += 1
             self._metrics.in_flight.labels(self.queue).inc()
             self._keeper.track(lease)
-            await self._dispatch_one(received, lease)
+            try:
+                self._dispatch(received, lease)
+            except Exception:
+                # The message must not be stranded (renewed and never run): it goes back at
+                # once, and its slot is given back once, when its lease ends.
+                self._log.exception(
+                    "dispatch.failed", queue=self.queue, message_id=lease.message_id
+                )
+                await self._release_unrun(lease)
         return held
 
     def _handed_out(self, sent_at: float) -> float:
@@ -155,15 +164,6 @@ class Receiver:
         answered_at = self._clock.now()
         travel_s = self._config.lease.effective_renew_timeout_s
         return max(sent_at, answered_at - travel_s)
-
-    async def _dispatch_one(self, received: ReceivedMessage, lease: Lease) -> None:
-        try:
-            self._dispatch(received, lease)
-        except Exception:
-            # The message must not be stranded (renewed and never run): it goes back at
-            # once, and its slot is given back once, when its lease ends.
-            self._log.exception("dispatch.failed", queue=self.queue, message_id=lease.message_id)
-            await self._release_unrun(lease)
 
     async def _release_unrun(self, lease: Lease) -> None:
         self._keeper.untrack(lease)

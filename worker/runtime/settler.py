@@ -215,9 +215,13 @@ class Settler:
         first if it could lapse during the call), then mark them `settle_call`, with no
         await between the last check and the marks: the keeper renews none of them after."""
         hold_s = self._renew_timeout if hold and action is Action.DELETE else 0.0
+        # A lease with more time left than this needs no renewal first (the keeper decides
+        # for the others): the busy path awaits nothing per message.
+        short_s = hold_s + self._retry_interval + self._renew_timeout if hold_s > 0 else 0.0
         while True:
             for lease, _ in items:
-                await self._wait_extension_idle(lease, hold_s)
+                if lease.extending or lease.deadline - self._clock.now() < short_s:
+                    await self._wait_extension_idle(lease, hold_s)
             if not any(lease.extending for lease, _ in items):
                 break
         for lease, _ in items:
