@@ -60,15 +60,17 @@ class LeaseSchedule(Generic[K]):
         self._current[key] = (queue, due_at, sequence)
         heapq.heappush(self._heaps.setdefault(queue, []), (due_at, sequence, key))
         self._entries += 1
-        self._prune()
+        if self._entries > 2 * len(self._current) + _PRUNE_FLOOR:
+            self._prune()
 
     def discard(self, key: K) -> None:
-        if self._current.pop(key, None) is not None:
+        if (
+            self._current.pop(key, None) is not None
+            and self._entries > 2 * len(self._current) + _PRUNE_FLOOR
+        ):
             self._prune()
 
     def _prune(self) -> None:
-        if self._entries <= 2 * len(self._current) + _PRUNE_FLOOR:
-            return
         heaps: dict[str, list[tuple[float, int, K]]] = {}
         for key, (queue, due_at, sequence) in self._current.items():
             heaps.setdefault(queue, []).append((due_at, sequence, key))

@@ -219,10 +219,12 @@ class Settler:
         # for the others): the busy path awaits nothing per message.
         short_s = hold_s + self._retry_interval + self._renew_timeout if hold_s > 0 else 0.0
         while True:
+            now, waited = self._clock.now(), False
             for lease, _ in items:
-                if lease.extending or lease.deadline - self._clock.now() < short_s:
+                if lease.extending or lease.deadline - now < short_s:
                     await self._wait_extension_idle(lease, hold_s)
-            if not any(lease.extending for lease, _ in items):
+                    waited = True
+            if not waited or not any(lease.extending for lease, _ in items):
                 break
         for lease, _ in items:
             lease.settle_call = True

@@ -40,9 +40,10 @@ class Waiters(Generic[K]):
             done.set()
 
     def wake(self, key: K) -> None:
-        entry = self._entries.pop(key, None)
-        if entry is not None:
-            entry[0].set()
+        if self._entries:  # mostly empty: no lookup per message
+            entry = self._entries.pop(key, None)
+            if entry is not None:
+                entry[0].set()
 
     def _leave(self, key: K, done: anyio.Event) -> None:
         entry = self._entries.get(key)
