@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime
@@ -24,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.json_log import Event, JsonLog
 
 pytestmark = pytest.mark.process
 
@@ -34,8 +34,6 @@ MESSAGES, IN_FLIGHT, MEDIUM = 20, 6, 3
 MEDIUM_S = 1.5
 #: Bound on any wait for a log line or an exit: a hang fails the test instead of blocking.
 WAIT_S = 60.0
-
-Event = dict[str, Any]
 
 
 class WorkerProcess:
@@ -59,36 +57,13 @@ class WorkerProcess:
             stderr=subprocess.PIPE,
             text=True,
         )
-        self.events: list[Event] = []
-        self.other_lines: list[str] = []
-        self._lines: queue.Queue[Event | None] = queue.Queue()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            try:
-                event = json.loads(line)
-            except json.JSONDecodeError:
-                self.other_lines.append(line.rstrip("\n"))
-                continue
-            self._lines.put(event)
-        self._lines.put(None)
+        self.log = JsonLog(self.proc, WAIT_S)
+        self.events = self.log.events
+        self.other_lines = self.log.other_lines
 
     def wait_for(self, matches: Callable[[Event], bool], what: str) -> Event:
         """Block until a log event `matches`; fail if the process ends or WAIT_S passes."""
-        deadline = time.monotonic() + WAIT_S
-        while True:
-            try:
-                event = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                pytest.fail(f"no {what} within {WAIT_S} s; log so far: {self.events}")
-            if event is None:
-                pytest.fail(f"the worker ended before {what}: {self.events} {self.other_lines}")
-            self.events.append(event)
-            if matches(event):
-                return event
+        return self.log.next(matches, what)
 
     def wait_for_event(self, name: str, **fields: Any) -> Event:
         return self.wait_for(
@@ -110,9 +85,7 @@ class WorkerProcess:
         """Wait for the exit and the end of the log; the exit code and when it was seen."""
         code = self.proc.wait(timeout=timeout_s)
         ended = time.monotonic()
-        self._reader.join(timeout=WAIT_S)
-        while (event := self._lines.get_nowait()) is not None:
-            self.events.append(event)
+        self.log.drain()
         return code, ended
 
     def report(self) -> dict[str, Any]:

@@ -6,28 +6,23 @@ The parent's JSON log lines are read on a thread, so every wait for one is bound
 
 from __future__ import annotations
 
-import json
 import os
-import queue
 import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 from structlog.testing import capture_logs
 
+from tests.json_log import Event, JsonLog
 from worker.cli.processes import _Fleet, restart_pause
 
 ROOT = Path(__file__).resolve().parents[2]
 WAIT_S = 30.0
-
-Event = dict[str, Any]
 
 
 class Parent:
@@ -47,44 +42,18 @@ class Parent:
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
             start_new_session=own_session,
         )
-        self.seen: list[Event] = []
-        self.other_lines: list[str] = []
-        self._lines: queue.Queue[Event | None] = queue.Queue()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            try:
-                self._lines.put(json.loads(line))
-            except json.JSONDecodeError:
-                self.other_lines.append(line.rstrip())  # a child's own one-line error
-        self._lines.put(None)
+        self.log = JsonLog(self.proc, WAIT_S)
+        self.seen = self.log.events
+        self.other_lines = self.log.other_lines  # a child's own one-line error
 
     def until(self, name: str, where: Callable[[Event], bool] = lambda _: True) -> Event:
         """The next event called `name` that matches `where`; fails after WAIT_S."""
-        deadline = time.monotonic() + WAIT_S
-        while True:
-            try:
-                event = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                pytest.fail(f"no {name!r} within {WAIT_S} s; {self._recent()}")
-            if event is None:
-                pytest.fail(f"the parent ended before {name!r}; {self._recent()}")
-            self.seen.append(event)
-            if event.get("event") == name and where(event):
-                return event
-
-    def _recent(self) -> str:
-        return f"last events {self.seen[-8:]}, other lines {self.other_lines[-10:]}"
+        return self.log.next(lambda event: event.get("event") == name and where(event), repr(name))
 
     def exit(self) -> int:
         """Wait for the exit and the end of its log; its status."""
         code = self.proc.wait(timeout=WAIT_S)
-        self._reader.join(timeout=WAIT_S)
-        while (event := self._lines.get_nowait()) is not None:
-            self.seen.append(event)
+        self.log.drain()
         return code
 
     def stop(self) -> None:
