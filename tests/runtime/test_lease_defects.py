@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import anyio
 import pytest
@@ -569,3 +570,37 @@ async def test_a_retry_after_the_handler_cap_is_clamped_by_the_service_cap_only(
         await harness.wait_for_handled(1)
         await harness.wait_until_idle()
     assert [c.visibility for c in backend.of("release")] == [(3_600,)]
+
+
+async def test_a_message_whose_dispatch_fails_is_released_once() -> None:
+    """Defect 10, the other half: a failure while dispatching one message releases that
+    message at once, gives its slot back once, and the worker goes on."""
+    app = Worker(WorkerConfig(max_in_flight=1, wait_s=20))
+    seen: list[int] = []
+
+    @app.handler("jobs")
+    async def job(message: Message) -> None:
+        seen.append(message.receive_count)
+
+    backend = RecordingBackend()
+    await backend.create_queue(QueueSpec("jobs"))
+    with capture_logs() as logs:
+        async with run_worker(app, backend=backend) as harness:
+            dispatcher = harness.supervisor.dispatcher
+            dispatch = dispatcher.dispatch
+            failures = [RuntimeError("dispatch broke")]
+
+            def flaky(received: Any, lease: Any) -> None:
+                if failures:
+                    raise failures.pop()
+                dispatch(received, lease)
+
+            dispatcher.dispatch = flaky  # type: ignore[method-assign]
+            [message_id] = await _send(backend, "jobs", 1)
+            await harness.wait_for_handled(1)
+            await harness.wait_until_idle()
+            assert harness.supervisor.in_flight == 0
+    assert seen == [2]  # released at once, received again, handled
+    assert [c.visibility for c in backend.of("release")] == [(0,)]
+    assert [e["event"] for e in logs].count("dispatch.failed") == 1
+    assert backend.inner.engine.peek("jobs", message_id) is None

@@ -24,13 +24,13 @@ from anyio.abc import TaskStatus
 from worker.backend import Backend
 from worker.clock import Clock
 from worker.config import WorkerConfig
-from worker.core.lease import Lease, LeaseState
+from worker.core.lease import Lease
 from worker.errors import FatalBackendError
 from worker.runtime.calls import as_backend_error, call_by
 from worker.runtime.lease_keeper import LeaseKeeper
 from worker.runtime.metrics import Metrics
 from worker.runtime.slots import Slots
-from worker.types import ReceivedMessage, VisibilityChange
+from worker.types import ReceivedMessage
 
 __all__ = ["Receiver"]
 
@@ -139,15 +139,7 @@ class Receiver:
             held += 1
             self._metrics.in_flight.labels(self.queue).inc()
             self._keeper.track(lease)
-            try:
-                self._dispatch(received, lease)
-            except Exception:
-                # The message must not be stranded (renewed and never run): it goes back at
-                # once, and its slot is given back once, when its lease ends.
-                self._log.exception(
-                    "dispatch.failed", queue=self.queue, message_id=lease.message_id
-                )
-                await self._release_unrun(lease)
+            self._dispatch(received, lease)
         return held
 
     def _handed_out(self, sent_at: float) -> float:
@@ -164,25 +156,6 @@ class Receiver:
         answered_at = self._clock.now()
         travel_s = self._config.lease.effective_renew_timeout_s
         return max(sent_at, answered_at - travel_s)
-
-    async def _release_unrun(self, lease: Lease) -> None:
-        self._keeper.untrack(lease)
-        try:
-            await self._keeper.wait_extension_idle(lease)
-            change = VisibilityChange(
-                "0", lease.receipt_handle, self._backend.limits.min_release_visibility_s
-            )
-            await call_by(
-                self._clock.now() + self._config.call_timeout_s,
-                lambda: self._backend.release(self.queue, [change]),
-                operation="ChangeMessageVisibilityBatch",
-                queue=self.queue,
-            )
-        except Exception as raised:  # it lapses instead: later, but not lost
-            error = as_backend_error(raised, self._log, "ChangeMessageVisibilityBatch", self.queue)
-            self._log.warning("dispatch.release_failed", queue=self.queue, code=error.code)
-        finally:
-            lease.finish(LeaseState.DONE)
 
     def _finished(self, lease: Lease) -> None:
         self._slots.give_back()

@@ -42,7 +42,7 @@ from worker.backend import Backend
 from worker.clock import LoopClock
 from worker.core.lease import Lease, LeaseState
 from worker.core.preflight import check_config, check_queue
-from worker.core.settlement import Outcome
+from worker.core.settlement import Action, Outcome, Settlement
 from worker.errors import (
     ConfigError,
     FatalBackendError,
@@ -290,7 +290,14 @@ class Supervisor:
 
     def _dispatch(self, received: ReceivedMessage, lease: Lease) -> None:
         self._held.add(lease)
-        self.dispatcher.dispatch(received, lease)
+        try:
+            self.dispatcher.dispatch(received, lease)
+        except Exception:
+            # Not stranded (renewed, never run): released at once through the settler, and
+            # its slot given back once, when its lease ends.
+            self._log.exception("dispatch.failed", queue=lease.queue, message_id=lease.message_id)
+            release = Settlement(Action.RELEASE, self.backend.limits.min_release_visibility_s)
+            self.settler.submit(lease, release)
 
     def _finished(self, lease: Lease) -> None:
         self._held.discard(lease)
