@@ -96,10 +96,7 @@ class Settler:
         lease.state = LeaseState.SETTLING
         if settlement.action is Action.RELEASE:
             self._untrack(lease)
-        key = (lease.queue, settlement.action)
-        self._pending.setdefault(key, []).append((lease, settlement.visibility_s))
-        self._first_at.setdefault(key, self._clock.now())
-        self._wake.set()
+        self._enqueue(lease, settlement.action, settlement.visibility_s)
 
     @property
     def pending(self) -> int:
@@ -202,7 +199,7 @@ class Settler:
             # message lapse and run twice (a repeated delete is harmless).
             for lease, visibility in items:
                 if lease.active:
-                    self._again(lease, action, visibility)
+                    self._enqueue(lease, action, visibility)
             raise
         finally:
             for lease, _ in items:
@@ -280,7 +277,7 @@ class Settler:
             if lease.active and lease.receipt_handle != handles[i]:
                 # Adopted a newer copy while the call was out: the answer, whatever it was,
                 # speaks of the old handle. The same call again, with the new one.
-                self._again(lease, action, visibility)
+                self._enqueue(lease, action, visibility)
                 continue
             failure = failures.get(str(i))
             if failure is None and str(i) not in result.succeeded:
@@ -322,15 +319,12 @@ class Settler:
         # delete is retried while the lease holds); after it, the message is visible anyway.
         return lease.active and self._clock.now() < lease.deadline
 
-    def _again(self, lease: Lease, action: Action, visibility: int) -> None:
+    def _enqueue(self, lease: Lease, action: Action, visibility: int) -> None:
         key = (lease.queue, action)
         self._pending.setdefault(key, []).append((lease, visibility))
         self._first_at.setdefault(key, self._clock.now())
         self._wake.set()
 
     def _retry_later(self, lease: Lease, action: Action, visibility: int) -> None:
-        key = (lease.queue, action)
-        self._pending.setdefault(key, []).append((lease, visibility))
-        now = self._clock.now()
-        self._first_at.setdefault(key, now)
-        self._not_before[key] = now + self._retry_interval
+        self._enqueue(lease, action, visibility)
+        self._not_before[(lease.queue, action)] = self._clock.now() + self._retry_interval
