@@ -163,28 +163,18 @@ def _configure(app: Worker, args: argparse.Namespace) -> WorkerConfig:
     if args.adaptive:
         lease_changes["adaptive"] = True
     config = app.config
-    lease: LeaseConfig = dataclasses.replace(config.lease, **_typed(lease_changes))
+    # Every value is typed already: argparse converts an environment value (a string
+    # default) with the option's type too, and refuses a bad one with a usage error.
+    lease: LeaseConfig = dataclasses.replace(config.lease, **lease_changes)
     shutdown: ShutdownConfig = config.shutdown
     if args.grace_s is not None:
-        shutdown = dataclasses.replace(shutdown, grace_s=float(args.grace_s))
+        shutdown = dataclasses.replace(shutdown, grace_s=args.grace_s)
     changes: dict[str, Any] = {"lease": lease, "shutdown": shutdown}
     if args.max_in_flight is not None:
-        changes["max_in_flight"] = int(args.max_in_flight)
+        changes["max_in_flight"] = args.max_in_flight
     if args.receive_concurrency is not None:
-        changes["receive_concurrency"] = int(args.receive_concurrency)
+        changes["receive_concurrency"] = args.receive_concurrency
     return dataclasses.replace(config, **changes)
-
-
-def _typed(changes: dict[str, Any]) -> dict[str, Any]:
-    # Values from the environment arrive as strings; argparse converts only its own.
-    ints = {"visibility_s", "extension_s"}
-    try:
-        return {
-            k: (int(v) if k in ints else float(v) if k != "adaptive" else v)
-            for k, v in changes.items()
-        }
-    except ValueError as error:
-        raise ConfigError(f"lease setting: {error}") from None
 
 
 def _queue_urls(items: Sequence[str]) -> dict[str, str]:
