@@ -28,6 +28,7 @@ __all__ = [
     "ENTRY_ID_RULE",
     "LEGACY_CODE_PREFIX",
     "QUEUE_NAME_RULE",
+    "SQS_IN_FLIGHT_LIMIT",
     "SQS_LIMITS",
     "bare_code",
     "is_entry_id",
@@ -40,6 +41,10 @@ __all__ = [
 ]
 
 #: What Amazon SQS allows per call.
+#: Messages in flight per queue, standard and FIFO alike (the AWS quota pages; older docs
+#: said 20,000 for FIFO). A quota, not a call limit: AWS Support can raise it.
+SQS_IN_FLIGHT_LIMIT = 120_000
+
 SQS_LIMITS = Limits(
     receive_batch=10,
     delete_batch=10,

@@ -145,6 +145,12 @@ class QueueInfo:
     approximate_visible: int = 0
     approximate_in_flight: int = 0
     approximate_delayed: int = 0
+    #: Seconds since the oldest message still in the queue was sent, where the service
+    #: tells (the engine does; SQS publishes it only to CloudWatch).
+    oldest_message_age_s: float | None = None
+    #: The service's limit of messages in flight for this queue (SQS: 120,000 for both
+    #: standard and FIFO queues), where known.
+    in_flight_limit: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -200,6 +200,7 @@ class QueueCatalog:
             approximate_visible=len(state.visible),
             approximate_in_flight=len(state.in_flight),
             approximate_delayed=len(state.delayed),
+            oldest_message_age_s=_oldest_age(state, self.clock.now()),
         )
 
     def subscribe(self, listener: Callable[[str], None]) -> Callable[[], None]:
@@ -243,3 +244,9 @@ class QueueCatalog:
 
 def _given(value: _T | None, default: _T) -> _T:
     return default if value is None else value
+
+
+def _oldest_age(state: Queue, now: float) -> float:
+    # `messages` keeps the order of sending: its first entry is the oldest still there.
+    oldest = next(iter(state.messages.values()), None)
+    return 0.0 if oldest is None else max(0.0, now - oldest.sent_at)

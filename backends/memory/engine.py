@@ -51,11 +51,13 @@ from backends.memory.message import Message, MessageSnapshot, MessageState, rece
 from backends.memory.queue import Queue, QueueCounts
 from worker.clock import Clock
 from worker.errors import OverLimit
+from worker.rules import SQS_IN_FLIGHT_LIMIT
 from worker.types import (
     BatchResult,
     Deletion,
     EntryFailure,
     OutgoingMessage,
+    QueueInfo,
     ReceivedMessage,
     VisibilityChange,
 )
@@ -84,7 +86,11 @@ class MemoryEngine(QueueCatalog):
     """
 
     def __init__(
-        self, clock: Clock, *, dialect: Dialect = SQS_DIALECT, max_in_flight: int = 120_000
+        self,
+        clock: Clock,
+        *,
+        dialect: Dialect = SQS_DIALECT,
+        max_in_flight: int = SQS_IN_FLIGHT_LIMIT,
     ) -> None:
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
@@ -96,6 +102,9 @@ class MemoryEngine(QueueCatalog):
         self._ids = itertools.count(1)
 
     # -- messages -----------------------------------------------------------------------
+
+    def queue_info(self, queue: str) -> QueueInfo:
+        return replace(super().queue_info(queue), in_flight_limit=self.max_in_flight)
 
     def send(self, queue: str, messages: Sequence[OutgoingMessage]) -> BatchResult:
         state = self._settled(queue, "SendMessageBatch")

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
-from worker.rules import queue_name_in_arn
+from worker.rules import SQS_IN_FLIGHT_LIMIT, queue_name_in_arn
 from worker.types import (
     BatchResult,
     Deletion,
@@ -127,6 +127,7 @@ def queue_info_from_wire(name: str, url: str, attributes: Mapping[str, str]) -> 
         approximate_visible=int(attributes.get("ApproximateNumberOfMessages", "0")),
         approximate_in_flight=int(attributes.get("ApproximateNumberOfMessagesNotVisible", "0")),
         approximate_delayed=int(attributes.get("ApproximateNumberOfMessagesDelayed", "0")),
+        in_flight_limit=SQS_IN_FLIGHT_LIMIT,
     )
 
 
