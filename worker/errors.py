@@ -15,7 +15,8 @@
 
     HandlerSignal                a handler's own word on its message (not an error)
     ├── Retry(after_s)           release the message to come back after `after_s`
-    └── Discard(reason)          delete the message without handling it
+    ├── Discard(reason)          delete the message without handling it
+    └── Duplicate(reason)        delete it: already handled (outcome `duplicate`)
 
 A failed *entry* of a batch call is not an exception: it is an `EntryFailure` value in a
 `BatchResult`. Only `backends/sqs.py` imports botocore's exceptions and maps them here.
@@ -29,6 +30,7 @@ __all__ = [
     "ConfigError",
     "DecodeError",
     "Discard",
+    "Duplicate",
     "FatalBackendError",
     "HandlerSignal",
     "LeaseLostError",
@@ -130,4 +132,13 @@ class Discard(HandlerSignal):
 
     def __init__(self, reason: str = "") -> None:
         super().__init__(reason or "discarded")
+        self.reason = reason
+
+
+class Duplicate(HandlerSignal):
+    """Delete the message without handling it: it was handled already (an idempotency
+    guard found its completion). Counted as the outcome `duplicate`, not `discarded`."""
+
+    def __init__(self, reason: str = "") -> None:
+        super().__init__(reason or "duplicate")
         self.reason = reason

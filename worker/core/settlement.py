@@ -1,6 +1,7 @@
 """From what a handler did to what becomes of its message: a pure mapping.
 
     SUCCEEDED, DISCARDED          -> delete
+    DUPLICATE                     -> delete (handled before: an idempotency guard said so)
     RETRY(after_s)                -> release, visible again after `after_s`
     FAILED, TIMED_OUT             -> the handler's error policy:
                                        release -> release now (shortest visibility)
@@ -28,6 +29,7 @@ __all__ = ["Action", "Outcome", "Settlement", "settlement_for"]
 class Outcome(Enum):
     SUCCEEDED = "succeeded"
     DISCARDED = "discarded"
+    DUPLICATE = "duplicate"
     RETRY = "retry"
     FAILED = "failed"
     TIMED_OUT = "timed_out"
@@ -63,7 +65,7 @@ def settlement_for(
     cap_left_s: float = 43_200.0,
 ) -> Settlement:
     """The settlement for `outcome` (see the module docstring for the table)."""
-    if outcome in (Outcome.SUCCEEDED, Outcome.DISCARDED):
+    if outcome in (Outcome.SUCCEEDED, Outcome.DISCARDED, Outcome.DUPLICATE):
         return DELETE
     if outcome is Outcome.LEASE_LOST:
         return FORGET

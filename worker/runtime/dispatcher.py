@@ -31,7 +31,7 @@ from worker.types import ReceivedMessage
 __all__ = ["Dispatcher"]
 
 _Entry = tuple[HandlerSpec, ReceivedMessage, Lease]
-_IN_ORDER = frozenset({Outcome.SUCCEEDED, Outcome.DISCARDED})
+_IN_ORDER = frozenset({Outcome.SUCCEEDED, Outcome.DISCARDED, Outcome.DUPLICATE})
 
 
 class Dispatcher:

@@ -35,7 +35,7 @@ from worker.backend import Limits
 from worker.clock import Clock
 from worker.core.lease import Lease, LeaseState
 from worker.core.settlement import Action, Outcome, Settlement, settlement_for
-from worker.errors import DecodeError, Discard, Retry
+from worker.errors import DecodeError, Discard, Duplicate, Retry
 from worker.message import Message
 from worker.middleware import CallNext, build_chain
 from worker.registry import HandlerSpec
@@ -168,6 +168,9 @@ class Executor:
         except Discard as signal:
             self._log.info("handler.discarded", reason=signal.reason)
             return Outcome.DISCARDED, 0.0
+        except Duplicate as signal:
+            self._log.info("handler.duplicate", reason=signal.reason)
+            return Outcome.DUPLICATE, 0.0
         except Retry as signal:
             self._log.info("handler.retry", after_s=signal.after_s, reason=signal.reason)
             return Outcome.RETRY, signal.after_s
