@@ -20,7 +20,7 @@ and `testing` composition roots).
 
 import importlib.metadata as _metadata
 
-from worker.app import Hook, Worker, WorkerContext
+from worker.app import HandlerGuard, Hook, Worker, WorkerContext
 from worker.backend import Backend, Limits, QueueAdmin
 from worker.clock import Clock, LoopClock, ManualClock
 from worker.config import Backoff, ErrorPolicy, LeaseConfig, OnError, ShutdownConfig, WorkerConfig
@@ -84,6 +84,7 @@ __all__ = (
     "EntryFailure",
     "ErrorPolicy",
     "FatalBackendError",
+    "HandlerGuard",
     "HandlerSignal",
     "Hook",
     "Lease",

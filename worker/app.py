@@ -4,17 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from prometheus_client import CollectorRegistry
 
 from worker.backend import Backend
 from worker.config import ErrorPolicy, OnError, WorkerConfig
 from worker.errors import RegistrationError
-from worker.middleware import Middleware
+from worker.message import Message
+from worker.middleware import CallNext, Middleware
 from worker.registry import Decoder, Registry
 
-__all__ = ["Hook", "Worker", "WorkerContext"]
+__all__ = ["HandlerGuard", "Hook", "Worker", "WorkerContext"]
 
 F = TypeVar("F")
 
@@ -30,6 +31,20 @@ class WorkerContext:
 
 
 Hook = Callable[[WorkerContext], Coroutine[Any, Any, None]]
+
+
+@runtime_checkable
+class HandlerGuard(Protocol):
+    """What `@app.handler(..., idempotent=...)` takes (`worker.idempotency` makes them).
+
+    It runs as its handler's innermost middleware, so the handler's return value reaches it;
+    `attach` is called once per handler it guards, at registration, to add what it needs
+    beside the handlers (a start-up hook, a background task) and read the worker's settings.
+    """
+
+    async def __call__(self, message: Message, call_next: CallNext) -> None: ...
+
+    def attach(self, worker: Worker, queue: str) -> None: ...
 
 
 class Worker:
@@ -68,6 +83,7 @@ class Worker:
         on_error: ErrorPolicy | OnError | str = OnError.RELEASE,
         max_in_flight: int | None = None,
         middleware: Sequence[Middleware] = (),
+        idempotent: HandlerGuard | None = None,
     ) -> Callable[[F], F]:
         """Register the decorated function as the handler of `queue`; returns it unchanged.
 
@@ -76,8 +92,17 @@ class Worker:
         or 'expire' (let the visibility lapse, toward the DLQ).
         `max_in_flight`: messages of this queue held at once (default: the worker's).
         `middleware`: this handler's own layers, inside the worker's.
+        `idempotent`: a guard from `worker.idempotency` (`Idempotency(store).guard(...)`),
+        the innermost layer: a message already handled is deleted, not run again.
         """
-        layers = (*self.middleware, *middleware)
+        layers: tuple[Middleware, ...] = (*self.middleware, *middleware)
+        if idempotent is not None:
+            if not isinstance(idempotent, HandlerGuard):
+                raise RegistrationError(
+                    f"idempotent for {queue!r} must be a guard from worker.idempotency "
+                    f"(Idempotency(store).guard(...)), got {idempotent!r}"
+                )
+            layers = (*layers, idempotent)
 
         def register(func: F) -> F:
             self.registry.add(
@@ -88,6 +113,8 @@ class Worker:
                 max_in_flight=max_in_flight,
                 middleware=layers,
             )
+            if idempotent is not None:
+                idempotent.attach(self, queue)
             return func
 
         return register

@@ -88,9 +88,13 @@ class Executor:
             return spec.func  # type: ignore[return-value]
         func: Callable[[Message], object] = spec.func
 
-        async def in_thread(message: Message) -> None:
+        async def in_thread(message: Message) -> Any:
             key = (message.queue, message.message_id)
-            await _wait_for_thread(await self._threads.start(key, func, message), message.lease)
+            # Returned for an idempotency guard that caches results (an async handler's
+            # return value reaches it too: the guard is the innermost middleware).
+            return await _wait_for_thread(
+                await self._threads.start(key, func, message), message.lease
+            )
 
         return in_thread
 
