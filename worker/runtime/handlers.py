@@ -77,6 +77,11 @@ class Executor:
         self._log = logger or structlog.get_logger("lease_worker.handler")
         self._chains: dict[str, CallNext] = {}
 
+    @property
+    def threads(self) -> DaemonThreads:
+        """The threads of synchronous handlers (read for metrics)."""
+        return self._threads
+
     def chain_for(self, spec: HandlerSpec) -> CallNext:
         chain = self._chains.get(spec.queue)
         if chain is None:

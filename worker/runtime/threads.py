@@ -77,6 +77,10 @@ class DaemonThreads:
     def busy(self, key: Hashable) -> bool:
         return key in self._running
 
+    def running_keys(self) -> list[Hashable]:
+        """The keys whose thread still runs (a copy)."""
+        return list(self._running)
+
     async def wait_idle(self, key: Hashable) -> None:
         """Wait until no thread started for `key` is still running."""
         while (running := self._running.get(key)) is not None:
