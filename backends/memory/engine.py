@@ -17,8 +17,10 @@ SQS is strict):
 - A message may not stay invisible past its receive plus 43,200 s (`InvalidParameterValue`,
   per entry). Visibility 0 makes it visible at once; only a receive moves a message to its DLQ.
 - A visibility change needs the latest handle (`ReceiptHandleIsInvalid` otherwise) of a
-  message in flight (`MessageNotInflight` otherwise). A delete needs the latest handle, in
-  flight or not; a stale or repeated delete is `ReceiptHandleIsInvalid` (stricter than SQS).
+  message in flight (`MessageNotInflight` otherwise). A delete with the latest handle deletes
+  the message (on a FIFO queue only while it is in flight); a stale or repeated delete
+  follows `HandleRules` (`backends.memory.handles`): refused by default (`STRICT`), or as SQS
+  documents it (`SQS`: success on standard queues, refused on FIFO queues).
 - FIFO: without an explicit deduplication id, ContentBasedDeduplication makes it the body's
   SHA-256; a duplicate within 5 minutes of the first send succeeds, returns the first
   MessageId and stores nothing. Standard queues keep a group id (SQS fair queues do) without
@@ -47,6 +49,7 @@ from backends.memory.catalog import (
 )
 from backends.memory.config import QueueConfig
 from backends.memory.dialects import SQS_DIALECT, Dialect
+from backends.memory.handles import EXPIRED, HandleRules, stale_delete_problem
 from backends.memory.message import Message, MessageSnapshot, MessageState, received_message
 from backends.memory.queue import Queue, QueueCounts
 from worker.clock import Clock
@@ -67,6 +70,7 @@ __all__ = [
     "SQS_DIALECT",
     "UNCHANGED",
     "Dialect",
+    "HandleRules",
     "MemoryEngine",
     "MessageSnapshot",
     "MessageState",
@@ -81,6 +85,7 @@ class MemoryEngine(QueueCatalog):
     """An SQS model in memory. Synchronous and never sleeps: it reads `clock.now()` per call.
 
     `max_in_flight` is the in-flight quota of each queue (SQS: 120,000); tests set it low.
+    `handle_rules` says how a delete with a stale handle is answered (`HandleRules`).
     Listeners registered with `subscribe` hear the name of each queue whose receivable
     messages may have changed, so an async adapter can long-poll without polling.
     """
@@ -91,11 +96,13 @@ class MemoryEngine(QueueCatalog):
         *,
         dialect: Dialect = SQS_DIALECT,
         max_in_flight: int = SQS_IN_FLIGHT_LIMIT,
+        handle_rules: HandleRules = HandleRules.STRICT,
     ) -> None:
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
         super().__init__(clock, dialect=dialect)
         self.max_in_flight = max_in_flight
+        self.handle_rules = HandleRules(handle_rules)
         # Ids need only be unique and opaque: a random prefix and a counter are both, and
         # much cheaper than a uuid4 each at 100,000 messages.
         self._id_prefix = secrets.token_hex(6)
@@ -227,20 +234,32 @@ class MemoryEngine(QueueCatalog):
         succeeded: list[str] = []
         failed: list[EntryFailure] = []
         for entry in entries:
-            if state.delete(entry.receipt_handle):
+            problem = self._delete_one(state, entry.receipt_handle)
+            if problem is None:
                 succeeded.append(entry.entry_id)
             else:
-                failed.append(
-                    EntryFailure(
-                        entry.entry_id,
-                        "ReceiptHandleIsInvalid",
-                        "not the latest receipt handle of a stored message",
-                    )
-                )
+                failed.append(EntryFailure(entry.entry_id, *problem))
         if succeeded:
             # Fewer in flight may unblock a FIFO group or a long poll held at the quota.
             self._notify(state.config.name)
         return BatchResult(succeeded=tuple(succeeded), failed=tuple(failed))
+
+    def _delete_one(self, state: Queue, handle: str) -> tuple[str, str] | None:
+        message_id = state.handles.get(handle)
+        if message_id is not None:
+            message = state.messages[message_id]
+            if state.config.fifo and message.state is not MessageState.IN_FLIGHT:
+                return EXPIRED
+            state.remove(message)
+            return None
+        # Handles are `<prefix><counter>.<message id>` (see `_deliverer`).
+        issued = handle.startswith(self._id_prefix) and "." in handle
+        return stale_delete_problem(
+            self.handle_rules,
+            issued=issued,
+            fifo=state.config.fifo,
+            still_stored=handle.partition(".")[2] in state.messages,
+        )
 
     # -- for the async adapter ----------------------------------------------------------
 

@@ -189,14 +189,6 @@ class Queue:
         self.set_visible_at(message, visible_at, now)
         return None
 
-    def delete(self, handle: str) -> bool:
-        """Delete by the latest receipt handle, in flight or not; False if it is not one."""
-        message_id = self.handles.get(handle)
-        if message_id is None:
-            return False
-        self.remove(self.messages[message_id])
-        return True
-
     def take(
         self,
         count: int,

@@ -16,8 +16,9 @@ import anyio
 import structlog
 
 from backends.memory import MemoryEngine
+from backends.memory.handles import HandleRules
 from backends.serve.sqs import serve_sqs
-from worker.cli.logging import configure_logging
+from worker.cli.logging import configure_logging, resolve_format
 from worker.cli.options import LOG_OPTIONS, Option, add_options
 from worker.clock import LoopClock
 from worker.errors import ConfigError, FatalBackendError
@@ -51,6 +52,16 @@ def add_parser(commands: Any) -> None:
         help="in-flight messages allowed per queue (default: 120000, as SQS)",
     )
     serve.add_argument(
+        "--receipt-handles",
+        choices=[rules.value for rules in HandleRules],
+        default=HandleRules.SQS.value,
+        help=(
+            "how a delete with a stale or used receipt handle is answered: 'sqs' as SQS "
+            "documents it (success on standard queues, refused on FIFO queues once expired), "
+            "'strict' refuses it on both, to show what SQS would hide (default: sqs)"
+        ),
+    )
+    serve.add_argument(
         "--queue",
         action="append",
         default=[],
@@ -62,7 +73,7 @@ def add_parser(commands: Any) -> None:
 
 def main(args: argparse.Namespace) -> int:
     try:
-        configure_logging(fmt=args.log_format, level=args.log_level)
+        configure_logging(fmt=resolve_format(args.log_format), level=args.log_level)
         if args.max_in_flight < 1:
             raise ConfigError(f"--max-in-flight={args.max_in_flight}: must be >= 1")
         if not 0 <= args.port <= 65_535:
@@ -81,7 +92,11 @@ def main(args: argparse.Namespace) -> int:
 
 
 async def _serve(args: argparse.Namespace) -> None:
-    engine = MemoryEngine(LoopClock(), max_in_flight=args.max_in_flight)
+    engine = MemoryEngine(
+        LoopClock(),
+        max_in_flight=args.max_in_flight,
+        handle_rules=HandleRules(args.receipt_handles),
+    )
     for name in args.queue:
         try:
             engine.create_queue(QueueSpec(name))

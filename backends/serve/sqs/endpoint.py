@@ -40,6 +40,7 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from backends.memory import MemoryBackend
 from backends.memory.engine import MemoryEngine
+from backends.memory.handles import HandleRules
 from backends.serve.sqs import errors as wire_errors
 from backends.serve.sqs.errors import SqsError
 from backends.serve.sqs.service import SqsService
@@ -190,11 +191,14 @@ def sqs_endpoint_in_thread(
     max_in_flight: int = 120_000,
     region: str = "us-east-1",
     account: str = "000000000000",
+    handle_rules: HandleRules = HandleRules.STRICT,
 ) -> Iterator[SqsEndpoint]:
     """Run an endpoint over a new engine in a background thread; stopped on exit."""
     with start_blocking_portal(name="sqs-endpoint") as portal:
         engine = portal.call(
-            functools.partial(MemoryEngine, LoopClock(), max_in_flight=max_in_flight)
+            functools.partial(
+                MemoryEngine, LoopClock(), max_in_flight=max_in_flight, handle_rules=handle_rules
+            )
         )
         serve = functools.partial(
             serve_sqs, engine, host=host, port=port, region=region, account=account
