@@ -93,6 +93,7 @@ class LeaseKeeper:
         self._blocked = False
         #: The keeper's task has ended (shutdown, crash): nobody will renew anything now.
         self._down = False
+        self._started = False
 
     # -- bookkeeping ------------------------------------------------------------------------
 
@@ -193,7 +194,13 @@ class LeaseKeeper:
 
     # -- the task ---------------------------------------------------------------------------
 
+    @property
+    def running(self) -> bool:
+        """The keeper's task has started and not ended: leases are being renewed."""
+        return self._started and not self._down
+
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        self._started = True
         try:
             await self._run(task_status)
         finally:

@@ -1,16 +1,45 @@
 """Prometheus metrics, registered on a registry the caller passes (never the global one
-unless asked). Labels are queues, outcomes and error codes: never message ids."""
+unless asked). Labels are queues, handlers, outcomes, operations and error codes: never
+message ids, so a series' count is bounded by the configuration, not by the traffic.
+
+Counters for a queue's known label values (every outcome, every loss reason) are created at
+zero when the queue is declared, so that `rate()` and `increase()` answer 0 rather than no
+data before the first event, and alert rules see a series from the first scrape.
+
+Values that are cheap to read and costly to keep current (the settle backlog, the nearest
+deadline, threads of abandoned handlers) are read at scrape time from a `Snapshot`.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-import anyio
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
-__all__ = ["Metrics", "watch_loop_lag"]
+__all__ = ["OUTCOMES", "Metrics", "Snapshot"]
 
 M = TypeVar("M", Counter, Gauge, Histogram)
+
+#: Every value of the `outcome` label (worker.core.settlement.Outcome's, plus `duplicate`
+#: for idempotent handlers that suppress a completed message).
+OUTCOMES = (
+    "succeeded",
+    "retry",
+    "failed",
+    "discarded",
+    "timed_out",
+    "lease_lost",
+    "shutdown",
+    "skipped",
+    "duplicate",
+)
+#: The `reason` of `leases_lost_total` known in advance (the others are the codes with which
+#: the service refused a renewal).
+LOSS_REASONS = ("lapsed",)
 
 
 class _Labelled(Generic[M]):
@@ -32,6 +61,46 @@ class _Labelled(Generic[M]):
 
 _DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600, 14400, 43200)
 _TIME_LEFT_BUCKETS = (0, 1, 2, 5, 10, 15, 20, 30, 60, 120, 600)
+_CALL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25)
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """What the worker holds right now, read at each scrape."""
+
+    #: Seconds from now to the nearest lease deadline, per queue with a message held.
+    nearest_deadline_s: Mapping[str, float] = field(default_factory=dict)
+    #: Deletes and releases waiting to be sent.
+    settle_backlog: int = 0
+    #: Threads still running a synchronous handler whose message is no longer held.
+    abandoned_threads: int = 0
+
+
+class _AtScrape(Collector):
+    def __init__(self, prefix: str, read: Callable[[], Snapshot]) -> None:
+        self._prefix = prefix
+        self._read = read
+
+    def collect(self) -> Iterator[Metric]:
+        snapshot = self._read()
+        nearest = GaugeMetricFamily(
+            f"{self._prefix}_lease_nearest_deadline_seconds",
+            "Seconds to the nearest lease deadline among the messages held.",
+            labels=["queue"],
+        )
+        for queue, seconds in sorted(snapshot.nearest_deadline_s.items()):
+            nearest.add_metric([queue], seconds)
+        yield nearest
+        yield GaugeMetricFamily(
+            f"{self._prefix}_settle_backlog",
+            "Deletes and releases waiting to be sent.",
+            value=snapshot.settle_backlog,
+        )
+        yield GaugeMetricFamily(
+            f"{self._prefix}_abandoned_handler_threads",
+            "Threads still running a synchronous handler that was given up on.",
+            value=snapshot.abandoned_threads,
+        )
 
 
 class Metrics:
@@ -42,24 +111,20 @@ class Metrics:
     ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         self._prefix = prefix
+        self._watching = False
         self.received = self._counter("messages_received", "Messages received.", "queue")
         self.handled = self._counter("messages_handled", "Handler outcomes.", "queue", "outcome")
-        self.handler_seconds = _Labelled(
-            Histogram(
-                f"{prefix}_handler_duration_seconds",
-                "Handler run time.",
-                ["queue"],
-                buckets=_DURATION_BUCKETS,
-                registry=self.registry,
-            )
+        self.handler_seconds = self._histogram(
+            "handler_duration_seconds", "Handler run time.", _DURATION_BUCKETS, "queue"
         )
-        self.in_flight = _Labelled(
-            Gauge(
-                f"{prefix}_messages_in_flight",
-                "Messages held (received, not yet settled).",
-                ["queue"],
-                registry=self.registry,
-            )
+        self.handler_info = self._gauge(
+            "handler_info", "1 for each queue's handler (join on queue).", "queue", "handler"
+        )
+        self.in_flight = self._gauge(
+            "messages_in_flight", "Messages held (received, not yet settled).", "queue"
+        )
+        self.in_flight_quota = self._gauge(
+            "queue_in_flight_quota", "The service's in-flight limit of the queue.", "queue"
         )
         self.renewals = self._counter("lease_renewals", "Leases extended.", "queue")
         self.renewal_calls = self._counter(
@@ -74,14 +139,11 @@ class Metrics:
         self.leases_capped = self._counter(
             "leases_capped", "Handlers cancelled at the maximum lease.", "queue"
         )
-        self.time_to_deadline = _Labelled(
-            Histogram(
-                f"{prefix}_lease_time_to_deadline_seconds",
-                "Time left before the deadline at renewal.",
-                ["queue"],
-                buckets=_TIME_LEFT_BUCKETS,
-                registry=self.registry,
-            )
+        self.time_to_deadline = self._histogram(
+            "lease_time_to_deadline_seconds",
+            "Time left before the deadline at renewal.",
+            _TIME_LEFT_BUCKETS,
+            "queue",
         )
         self.settle_calls = self._counter(
             "settle_calls", "Delete and release batch calls.", "queue", "action"
@@ -90,8 +152,30 @@ class Metrics:
             "settle_failures", "Deletes and releases that failed.", "queue", "action", "code"
         )
         self.receive_calls = self._counter("receive_calls", "Receive calls.", "queue")
+        self.empty_receives = self._counter(
+            "empty_receives", "Receive calls that answered no message.", "queue"
+        )
         self.receive_errors = self._counter(
             "receive_errors", "Failed receive calls.", "queue", "code"
+        )
+        self.api_seconds = self._histogram(
+            "api_call_duration_seconds",
+            "Queue service calls, by operation (failures included).",
+            _CALL_BUCKETS,
+            "queue",
+            "operation",
+        )
+        self.queue_messages = self._gauge(
+            "queue_messages",
+            "The service's approximate message counts (state: visible, in_flight, delayed).",
+            "queue",
+            "state",
+        )
+        self.oldest_message_age = self._gauge(
+            "queue_oldest_message_age_seconds",
+            "Age of the queue's oldest message (where the service tells; else the oldest "
+            "received since the last sample).",
+            "queue",
         )
         self.loop_lag = Gauge(
             f"{prefix}_event_loop_lag_seconds", "Event loop lag.", registry=self.registry
@@ -102,15 +186,46 @@ class Metrics:
             Counter(f"{self._prefix}_{name}", documentation, list(labels), registry=self.registry)
         )
 
+    def _gauge(self, name: str, documentation: str, *labels: str) -> _Labelled[Gauge]:
+        return _Labelled(
+            Gauge(f"{self._prefix}_{name}", documentation, list(labels), registry=self.registry)
+        )
+
+    def _histogram(
+        self, name: str, documentation: str, buckets: tuple[float, ...], *labels: str
+    ) -> _Labelled[Histogram]:
+        metric = Histogram(
+            f"{self._prefix}_{name}",
+            documentation,
+            list(labels),
+            buckets=buckets,
+            registry=self.registry,
+        )
+        return _Labelled(metric)
+
+    def declare_queue(self, queue: str, handler: str) -> None:
+        """Create the queue's series at zero: queries see 0, not no data, before any event."""
+        self.handler_info.labels(queue, handler).set(1)
+        self.received.labels(queue)
+        self.in_flight.labels(queue)
+        for outcome in OUTCOMES:
+            self.handled.labels(queue, outcome)
+        for reason in LOSS_REASONS:
+            self.leases_lost.labels(queue, reason)
+        for counter in (self.renewals, self.renewal_calls, self.leases_capped):
+            counter.labels(queue)
+        for counter in (self.receive_calls, self.empty_receives):
+            counter.labels(queue)
+        for action in ("delete", "release"):
+            self.settle_calls.labels(queue, action)
+
+    def watch(self, read: Callable[[], Snapshot]) -> None:
+        """Read `read()` at each scrape (once per registry: a second call is ignored)."""
+        if not self._watching:
+            self._watching = True
+            self.registry.register(_AtScrape(self._prefix, read))
+
     def value(self, name: str, **labels: str) -> float:
         """A sample's current value (0 when absent): for tests and the CLI's summary."""
         found = self.registry.get_sample_value(name, labels)
         return 0.0 if found is None else found
-
-
-async def watch_loop_lag(metrics: Metrics, *, interval_s: float = 5.0) -> None:
-    """Set `event_loop_lag_seconds` to how late each wake-up comes: a blocked loop shows."""
-    while True:
-        expected = anyio.current_time() + interval_s
-        await anyio.sleep_until(expected)
-        metrics.loop_lag.set(max(0.0, anyio.current_time() - expected))

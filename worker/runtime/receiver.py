@@ -64,6 +64,9 @@ class Receiver:
         self._on_finish = on_finish
         self._on_fatal = on_fatal
         self._log = logger or structlog.get_logger("lease_worker.receive")
+        #: False from a failed receive until the next one that answers: for readiness.
+        self.reachable = True
+        self._oldest_sent_ms: int | None = None
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
@@ -81,6 +84,7 @@ class Receiver:
                     return
                 error = as_backend_error(raised, self._log, "ReceiveMessage", self.queue)
                 self._metrics.receive_errors.labels(self.queue, error.code or "transient").inc()
+                self.reachable = False
                 self._log.warning(
                     "receive.failed",
                     queue=self.queue,
@@ -96,6 +100,7 @@ class Receiver:
                 self._slots.give_back(reserved - held)
                 raise
             self._slots.give_back(reserved - held)
+            self.reachable = True
             pause = self._config.receive_backoff_s
 
     async def _receive_once(self, count: int) -> int:
@@ -115,10 +120,13 @@ class Receiver:
             queue=self.queue,
         )
         handed_out = self._handed_out(sent_at)
+        if not messages:
+            self._metrics.empty_receives.labels(self.queue).inc()
         service_max_lease_s = self._backend.limits.max_lease_s
         held = 0
         for received in messages:
             self._metrics.received.labels(self.queue).inc()
+            self._note_sent(received)
             # Routed by this receiver's own queue (the name or URL the handler was
             # registered under), whatever spelling the backend used.
             if received.queue != self.queue:
@@ -156,6 +164,21 @@ class Receiver:
         answered_at = self._clock.now()
         travel_s = self._config.lease.effective_renew_timeout_s
         return max(sent_at, answered_at - travel_s)
+
+    def _note_sent(self, received: ReceivedMessage) -> None:
+        sent = received.attributes.get("SentTimestamp")
+        if sent is not None and sent.isdigit():
+            sent_ms = int(sent)
+            if self._oldest_sent_ms is None or sent_ms < self._oldest_sent_ms:
+                self._oldest_sent_ms = sent_ms
+
+    def take_oldest_age_s(self) -> float | None:
+        """Age of the oldest message received since the last call (None: none received)."""
+        sent_ms, self._oldest_sent_ms = self._oldest_sent_ms, None
+        if sent_ms is None:
+            return None
+        wall_now = self._clock.now() + self._clock.wall_offset_s()
+        return max(0.0, wall_now - sent_ms / 1000)
 
     def _finished(self, lease: Lease) -> None:
         self._slots.give_back()

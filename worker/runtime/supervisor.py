@@ -51,12 +51,15 @@ from worker.errors import (
 from worker.runtime.dispatcher import Dispatcher
 from worker.runtime.handlers import Executor, Observer
 from worker.runtime.lease_keeper import LeaseKeeper
-from worker.runtime.metrics import Metrics, watch_loop_lag
+from worker.runtime.loop_lag import LoopLag
+from worker.runtime.metrics import Metrics, Snapshot
+from worker.runtime.queue_sampler import QueueSampler
 from worker.runtime.queues import STARTUP_CALL_TIMEOUTS, queue_info_at_start
 from worker.runtime.receiver import Receiver
 from worker.runtime.scope import HandlerTasks
 from worker.runtime.settler import Settler
 from worker.runtime.slots import Slots
+from worker.runtime.timed_backend import TimedBackend
 from worker.types import QueueInfo, ReceivedMessage
 
 __all__ = ["Supervisor", "run", "serve"]
@@ -79,6 +82,8 @@ class Supervisor:
         metrics: Metrics | None = None,
         observers: list[Observer] | None = None,
         logger: Any = None,
+        sample_queues_every_s: float | None = None,
+        loop_lag_interval_s: float = 1.0,
     ) -> None:
         if not len(app.registry):
             raise ConfigError(
@@ -90,11 +95,14 @@ class Supervisor:
         self.clock = LoopClock()
         self.metrics = metrics or Metrics()
         self.queues: dict[str, QueueInfo] = {}
+        self.receivers: dict[str, Receiver] = {}
+        self.loop_lag = LoopLag(self.metrics.loop_lag, interval_s=loop_lag_interval_s)
         self._log = logger or structlog.get_logger("lease_worker.supervisor")
         config = app.config
-        self.keeper = LeaseKeeper(backend, config.lease, clock=self.clock, metrics=self.metrics)
+        calls = self._calls = TimedBackend(backend, self.metrics)
+        self.keeper = LeaseKeeper(calls, config.lease, clock=self.clock, metrics=self.metrics)
         self.settler = Settler(
-            backend,
+            calls,
             clock=self.clock,
             metrics=self.metrics,
             linger_s=config.settle_linger_s,
@@ -131,6 +139,20 @@ class Supervisor:
         self._crash: WorkerCrashed | None = None
         self._settler_down = False
         self._context = WorkerContext(backend, self.metrics.registry, self.request_shutdown)
+        self._sampler = None
+        if sample_queues_every_s is not None:
+            self._sampler = QueueSampler(
+                calls,
+                queues=lambda: self.queues,
+                oldest_received_age_s=self._oldest_received_age_s,
+                metrics=self.metrics,
+                clock=self.clock,
+                interval_s=sample_queues_every_s,
+                call_timeout_s=config.call_timeout_s,
+            )
+        for spec in app.registry:
+            self.metrics.declare_queue(spec.queue, spec.name)
+        self.metrics.watch(self.snapshot)
         #: Called after each lease ends (settled, forgotten or lost): for tests and hooks.
         self.on_lease_finished: list[Callable[[], None]] = []
 
@@ -141,6 +163,22 @@ class Supervisor:
     @property
     def stopping(self) -> bool:
         return self._stop_receiving.is_set()
+
+    @property
+    def receiving(self) -> bool:
+        """Start-up is over and no shutdown has begun: messages are being received."""
+        return bool(self.receivers) and not self.stopping
+
+    def snapshot(self) -> Snapshot:
+        """What is held right now: read by the metrics at each scrape."""
+        now = self.clock.now()
+        nearest: dict[str, float] = {}
+        for lease in self._held:
+            left = lease.deadline - now
+            nearest[lease.queue] = min(nearest.get(lease.queue, left), left)
+        held = {(lease.queue, lease.message_id) for lease in self._held}
+        abandoned = [key for key in self.executor.threads.running_keys() if key not in held]
+        return Snapshot(nearest, self.settler.pending, len(abandoned))
 
     @property
     def handlers_running(self) -> bool:
@@ -199,7 +237,9 @@ class Supervisor:
         async with anyio.create_task_group() as services:
             await services.start(self._service, "the lease keeper", self.keeper.run)
             await services.start(self._service, "the settler", self.settler.run)
-            services.start_soon(self._watch, "the loop lag watcher", watch_loop_lag(self.metrics))
+            await services.start(self._service, "the loop lag watcher", self.loop_lag.run)
+            if self._sampler is not None:
+                await services.start(self._service, "the queue sampler", self._sampler.run)
             self.dispatcher.tasks = await self._handlers.open()
             await self._receive_until_stopped(services, task_status)
             await self._drain()
@@ -213,7 +253,7 @@ class Supervisor:
         give_up_at = self.clock.now() + STARTUP_CALL_TIMEOUTS * self.app.config.call_timeout_s
         for spec in self.app.registry:
             info = self.queues[spec.queue] = await queue_info_at_start(
-                self.backend,
+                self._calls,
                 spec.queue,
                 config=self.app.config,
                 clock=self.clock,
@@ -236,7 +276,9 @@ class Supervisor:
     ) -> None:
         async with anyio.create_task_group() as receivers:
             for spec in self.app.registry:
-                receiver = self._receiver(spec.queue, spec.max_in_flight)
+                receiver = self.receivers[spec.queue] = self._receiver(
+                    spec.queue, spec.max_in_flight
+                )
                 for _ in range(self.app.config.receive_concurrency):
                     name = f"the receiver of {spec.queue!r}"
                     await receivers.start(self._service, name, receiver.run)
@@ -276,7 +318,7 @@ class Supervisor:
         slots = Slots(max_in_flight or self.app.config.max_in_flight)
         return Receiver(
             queue,
-            backend=self.backend,
+            backend=self._calls,
             keeper=self.keeper,
             clock=self.clock,
             metrics=self.metrics,
@@ -287,6 +329,10 @@ class Supervisor:
             on_finish=self._finished,
             on_fatal=self._on_fatal,
         )
+
+    def _oldest_received_age_s(self, queue: str) -> float | None:
+        receiver = self.receivers.get(queue)
+        return None if receiver is None else receiver.take_oldest_age_s()
 
     def _dispatch(self, received: ReceivedMessage, lease: Lease) -> None:
         self._held.add(lease)
