@@ -38,8 +38,10 @@ OPTIONS = (
     "--adaptive",
     "--max-in-flight",
     "--grace-s",
-    "--metrics-port",
-    "--metrics-addr",
+    "--ops-port",
+    "--ops-addr",
+    "--max-loop-lag-s",
+    "--queue-sample-s",
     "--log-format",
     "--log-level",
 )
@@ -145,7 +147,7 @@ def test_run_help_names_every_option_and_the_environment() -> None:
     assert "module:attribute" in run.stdout
     assert "LEASE_WORKER_" in run.stdout
     assert "SIGTERM" in run.stdout
-    assert "{memory,sqs}" in run.stdout and "{console,json}" in run.stdout
+    assert "{memory,sqs}" in run.stdout and "{auto,console,json}" in run.stdout
 
 
 def test_console_script_is_the_same_command() -> None:
@@ -408,15 +410,15 @@ def test_adaptive_flag_alone_runs(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("port", ["99999", "-1"])
-def test_metrics_port_out_of_range_exits_2(port: str) -> None:
-    run = lease_worker("run", APP, "--metrics-port", port)
-    assert_one_error_line(run, 2, f"--metrics-port={port}", "0 to 65535")
+def test_ops_port_out_of_range_exits_2(port: str) -> None:
+    run = lease_worker("run", APP, "--ops-port", port)
+    assert_one_error_line(run, 2, f"--ops-port={port}", "0 to 65535")
 
 
-def test_metrics_port_in_use_exits_2() -> None:
+def test_ops_port_in_use_exits_2() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = str(taken.getsockname()[1])
-        run = lease_worker("run", APP, "--metrics-port", port, "--metrics-addr", "127.0.0.1")
-    assert_one_error_line(run, 2, f"--metrics-port={port}", "cannot serve metrics")
+        run = lease_worker("run", APP, "--ops-port", port)
+    assert_one_error_line(run, 2, f"127.0.0.1:{port}", "cannot listen")

@@ -96,9 +96,9 @@ def test_children_are_restarted_after_a_crash_and_stop_on_sigterm() -> None:
         parent.stop()
 
 
-def _metrics_ports() -> tuple[socket.socket, int]:
-    """A socket listening on port P, with P + 1 free: child 0 (metrics on P) cannot start,
-    child 1 (metrics on P + 1) can."""
+def _ops_ports() -> tuple[socket.socket, int]:
+    """A socket listening on port P, with P + 1 free: child 0 (ops listener on P) cannot start,
+    child 1 (on P + 1) can."""
     for _ in range(20):
         taken = socket.socket()
         taken.bind(("127.0.0.1", 0))
@@ -119,8 +119,8 @@ def test_a_crash_looping_child_does_not_hold_up_the_restart_of_another() -> None
     # Once, one backoff was shared by all children and slept inside the reaping loop: while
     # the pause of a child that kept dying ran, no other child was reaped or restarted (and
     # the next one to die inherited the grown pause).
-    taken, port = _metrics_ports()
-    parent = Parent("--metrics-port", str(port), "--metrics-addr", "127.0.0.1")
+    taken, port = _ops_ports()
+    parent = Parent("--ops-port", str(port))
     try:
         pids = {e["index"]: e["pid"] for e in (parent.until("process.started") for _ in "01")}
         parent.until("worker.started")  # child 1's: child 0 dies of its taken port

@@ -37,6 +37,7 @@ __all__ = [
     "LogFormat",
     "configure_logging",
     "format_exception",
+    "resolve_format",
 ]
 
 LogFormat = Literal["console", "json"]
@@ -69,6 +70,16 @@ _FIELD_CAPS = {
 }
 _CAUSE = "\nThe above exception was the direct cause of the following exception:\n\n"
 _CONTEXT = "\nDuring handling of the above exception, another exception occurred:\n\n"
+
+
+def resolve_format(choice: str) -> LogFormat:
+    """`auto` is JSON, one object per line for a log collector, unless standard error is a
+    terminal: then a person reads it, in console lines."""
+    if choice == "auto":
+        return "console" if sys.stderr.isatty() else "json"
+    if choice not in ("console", "json"):
+        raise ValueError(f"log format {choice!r}: expected auto, console or json")
+    return "console" if choice == "console" else "json"
 
 
 def configure_logging(*, fmt: LogFormat = "console", level: str = "info") -> None:

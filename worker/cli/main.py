@@ -20,7 +20,7 @@ import worker
 from worker.cli import run as run_command
 from worker.cli import serve as serve_command
 from worker.cli.loader import load_app
-from worker.cli.logging import configure_logging
+from worker.cli.logging import configure_logging, resolve_format
 from worker.cli.options import check_env_values
 from worker.errors import ConfigError, FatalBackendError
 
@@ -48,7 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = [option for group in run_command.OPTIONS.values() for option in group]
     check_env_values(parser, args, options)
     try:
-        configure_logging(fmt=args.log_format, level=args.log_level)
+        configure_logging(fmt=resolve_format(args.log_format), level=args.log_level)
         return run_command.run(args, argv if argv is not None else sys.argv[1:])
     except (ConfigError, ValueError) as error:
         print(f"lease-worker: error: {error}", file=sys.stderr)

@@ -74,7 +74,10 @@ def add_options(group: Any, options: Sequence[Option]) -> None:
 
 LOG_OPTIONS = (
     Option(
-        "--log-format", "log lines (default: json)", default="json", choices=("console", "json")
+        "--log-format",
+        "log lines (default: auto: console on a terminal, else JSON)",
+        default="auto",
+        choices=("auto", "console", "json"),
     ),
     Option(
         "--log-level",

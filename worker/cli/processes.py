@@ -12,9 +12,15 @@ counts at thousands of messages a second. The parent starts N children running t
 - exits once every child has exited after a signal: 0 if all exited 0, else the highest
   status (a child killed by a signal counts as 128 + its number).
 
-Child i gets `LEASE_WORKER_PROCESS_INDEX=i` in its environment and serves metrics on the
-metrics port + i. The children are plain processes, not forks of this one, so nothing of the
-parent's state is shared. They run `python -P -m worker`: without `-P`, `-m` would put the
+Child i gets `LEASE_WORKER_PROCESS_INDEX=i` in its environment and, with `--ops-port P`,
+its own ops listener on port P + i: one per child, not prometheus-client's multiprocess
+mode, because health is per process (a child whose loop is blocked must fail its own
+probe, which an aggregate would hide), and the scrape-time gauges (nearest deadline, settle
+backlog) and the default registry's process collectors do not work in multiprocess mode.
+Prometheus scrapes the N ports; in Kubernetes, prefer one process per pod.
+
+The children are plain processes, not forks of this one, so nothing of the parent's state
+is shared. They run `python -P -m worker`: without `-P`, `-m` would put the
 current directory first on `sys.path`, and a user's own `worker.py` there would run instead
 of lease-worker (`PYTHONSAFEPATH=1` would do the same, but would also reach every Python
 process a handler starts).
@@ -98,9 +104,9 @@ def _signal_wakeup() -> Iterator[_Wakeup]:
 
 
 class _Fleet:
-    def __init__(self, argv: Sequence[str], count: int, metrics_port: int | None) -> None:
+    def __init__(self, argv: Sequence[str], count: int, ops_port: int | None) -> None:
         self._argv = list(argv)
-        self._metrics_port = metrics_port
+        self._ops_port = ops_port
         self._children = [_Child(index) for index in range(count)]
         self._stopping = False
         self._stop_signal = signal.SIGTERM
@@ -109,8 +115,8 @@ class _Fleet:
 
     def _start(self, child: _Child) -> None:
         command = [sys.executable, "-P", "-m", "worker", *self._argv, "--processes", "1"]
-        if self._metrics_port is not None:
-            command += ["--metrics-port", str(self._metrics_port + child.index)]
+        if self._ops_port is not None:
+            command += ["--ops-port", str(self._ops_port + child.index)]
         # A session of its own: a signal to our process group (Ctrl-C, systemd) reaches the
         # child once, through us, not twice (a second signal would cut its drain short).
         env = {**os.environ, INDEX_VARIABLE: str(child.index)}
@@ -202,9 +208,9 @@ class _Fleet:
                 self._start(child)
 
 
-def run_processes(argv: Sequence[str], count: int, metrics_port: int | None) -> int:
+def run_processes(argv: Sequence[str], count: int, ops_port: int | None) -> int:
     """Run `count` children of `lease-worker <argv>` until they have all exited."""
-    fleet = _Fleet(argv, count, metrics_port)
+    fleet = _Fleet(argv, count, ops_port)
     with _signal_wakeup() as wakeup:
         signal.signal(signal.SIGTERM, fleet.signal_all)
         signal.signal(signal.SIGINT, fleet.signal_all)

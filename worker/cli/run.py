@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import os
 import signal
@@ -30,7 +31,6 @@ from typing import Any
 
 import anyio
 import structlog
-from prometheus_client import start_http_server
 
 from backends import BACKENDS, ConnectOptions, connect
 from worker.app import Worker
@@ -40,7 +40,7 @@ from worker.cli.options import LOG_OPTIONS, Option, add_options
 from worker.cli.processes import run_processes
 from worker.config import LeaseConfig, ShutdownConfig, WorkerConfig
 from worker.errors import ConfigError, TransientBackendError, WorkerCrashed
-from worker.runtime.metrics import Metrics
+from worker.ops import HealthPolicy, OpsListener
 from worker.runtime.queues import create_missing_queues
 from worker.runtime.supervisor import Supervisor
 
@@ -115,13 +115,31 @@ OPTIONS: dict[str, tuple[Option, ...]] = {
     ),
     "operations": (
         Option(
-            "--metrics-port", "serve Prometheus metrics on this port (default: off)", int, "PORT"
+            "--ops-port",
+            "serve /metrics, /healthz and /readyz on this port (default: off; with "
+            "--processes N, child i listens on PORT+i)",
+            int,
+            "PORT",
         ),
         Option(
-            "--metrics-addr",
-            "address for the metrics server (default: 0.0.0.0)",
+            "--ops-addr",
+            "address of the ops listener (default: 127.0.0.1; 0.0.0.0 in a pod)",
             metavar="ADDR",
-            default="0.0.0.0",
+            default="127.0.0.1",
+        ),
+        Option(
+            "--max-loop-lag-s",
+            "/healthz fails while the event loop lags more than this (default: 5)",
+            float,
+            "S",
+            default="5",
+        ),
+        Option(
+            "--queue-sample-s",
+            "read queue depths this often, with the ops listener on (default: 30)",
+            float,
+            "S",
+            default="30",
         ),
         *LOG_OPTIONS,
     ),
@@ -143,11 +161,9 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         return _run_processes(list(argv), args)
     app = load_app(args.app)
     app.config = _configure(app, args)
-    metrics = Metrics()
-    if args.metrics_port is not None:
-        _serve_metrics(metrics, int(args.metrics_port), args.metrics_addr)
+    _check_ops_options(args)
     try:
-        anyio.run(_serve, app, args, metrics)
+        anyio.run(_serve, app, args)
     except (WorkerCrashed, TransientBackendError) as error:
         print(f"lease-worker: error: {error}", file=sys.stderr)
         return 1
@@ -194,14 +210,22 @@ async def _open_backend(args: argparse.Namespace) -> Backend:
     return await connect(args.backend, options)
 
 
-async def _serve(app: Worker, args: argparse.Namespace, metrics: Metrics) -> None:
+async def _serve(app: Worker, args: argparse.Namespace) -> None:
     backend = await _open_backend(args)
     if BACKENDS[args.backend].embedded:
         app.startup_hooks.append(lambda context: create_missing_queues(app, context.backend))
-    supervisor = Supervisor(app, backend, metrics=metrics)
+    ops = args.ops_port is not None
+    try:
+        supervisor = Supervisor(
+            app, backend, sample_queues_every_s=args.queue_sample_s if ops else None
+        )
+    except BaseException:
+        await backend.aclose()
+        raise
     signals = _StopSignals(supervisor)
     try:
-        await supervisor.run()
+        async with _ops_listener(supervisor, args):
+            await supervisor.run()
     finally:
         with anyio.move_on_after(app.config.call_timeout_s, shield=True):
             await backend.aclose()
@@ -256,23 +280,32 @@ def _exit_now(error: BaseException | None) -> None:
     os._exit(status)
 
 
-def _serve_metrics(metrics: Metrics, port: int, addr: str) -> None:
-    if not 0 <= port <= 65_535:
-        raise ConfigError(f"--metrics-port={port}: must be a port number from 0 to 65535")
-    try:
-        start_http_server(port, addr, registry=metrics.registry)
-    except OSError as error:
-        reason = f"cannot serve metrics on {addr}: {error}"
-        raise ConfigError(f"--metrics-port={port}: {reason}") from None
+def _check_ops_options(args: argparse.Namespace) -> None:
+    if args.ops_port is not None and not 0 <= args.ops_port <= 65_535:
+        raise ConfigError(f"--ops-port={args.ops_port}: must be a port number from 0 to 65535")
+    if not args.max_loop_lag_s > 0:
+        raise ConfigError(f"--max-loop-lag-s={args.max_loop_lag_s}: must be above 0")
+    if not 1 <= args.queue_sample_s <= 3600:
+        raise ConfigError(f"--queue-sample-s={args.queue_sample_s}: must be from 1 to 3600")
+
+
+def _ops_listener(
+    supervisor: Supervisor, args: argparse.Namespace
+) -> contextlib.AbstractAsyncContextManager[object]:
+    if args.ops_port is None:
+        return contextlib.nullcontext()
+    policy = HealthPolicy(max_loop_lag_s=args.max_loop_lag_s)
+    return OpsListener(supervisor, port=args.ops_port, host=args.ops_addr, policy=policy)
 
 
 def _run_processes(argv: list[str], args: argparse.Namespace) -> int:
     if not 1 <= args.processes <= 256:
         raise ConfigError(f"--processes={args.processes}: must be from 1 to 256")
     load_app(args.app)  # a bad APP is one clear error here, not N crashing children
-    port = int(args.metrics_port) if args.metrics_port is not None else None
-    if port is not None and not 0 < port <= 65_535 - args.processes:
+    _check_ops_options(args)
+    port = args.ops_port
+    if port is not None and not 0 < port <= 65_536 - args.processes:
         raise ConfigError(
-            f"--metrics-port={port}: ports {port}..{port + args.processes - 1} must be valid"
+            f"--ops-port={port}: ports {port}..{port + args.processes - 1} must be valid"
         )
     return run_processes(argv, args.processes, port)

@@ -18,7 +18,7 @@ import structlog
 from backends.memory import MemoryEngine
 from backends.memory.handles import HandleRules
 from backends.serve.sqs import serve_sqs
-from worker.cli.logging import configure_logging
+from worker.cli.logging import configure_logging, resolve_format
 from worker.cli.options import LOG_OPTIONS, Option, add_options
 from worker.clock import LoopClock
 from worker.errors import ConfigError, FatalBackendError
@@ -73,7 +73,7 @@ def add_parser(commands: Any) -> None:
 
 def main(args: argparse.Namespace) -> int:
     try:
-        configure_logging(fmt=args.log_format, level=args.log_level)
+        configure_logging(fmt=resolve_format(args.log_format), level=args.log_level)
         if args.max_in_flight < 1:
             raise ConfigError(f"--max-in-flight={args.max_in_flight}: must be >= 1")
         if not 0 <= args.port <= 65_535:

@@ -1,0 +1,107 @@
+"""The operations listener: one HTTP port for Prometheus and Kubernetes.
+
+- `GET /metrics`: the runtime's registry, then the process-wide one (the application's own
+  metrics, and prometheus-client's process, platform and GC collectors), in Prometheus'
+  text format.
+- `GET /healthz`, `GET /readyz`: 200 or 503 with a JSON body naming each check
+  (`worker.ops.health`).
+- Any other path: 404; another method: 405.
+
+It serves from the worker's own event loop: an answer at all means the loop runs. It binds
+before the worker starts (probes get answers during start-up; a port already taken is one
+clear `ConfigError`) and closes after the worker's last flush, so a scrape during a drain
+works. Loopback by default: exposing it is a decision (`--ops-addr 0.0.0.0` in a pod).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from types import TracebackType
+
+from aiohttp import web
+from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+from worker.errors import ConfigError
+from worker.ops.health import HealthPolicy, Verdict, liveness, readiness
+from worker.runtime.supervisor import Supervisor
+
+__all__ = ["OpsListener"]
+
+#: Seconds an open request may keep the listener's close waiting.
+_CLOSE_TIMEOUT_S = 1.0
+
+
+class OpsListener:
+    """`async with OpsListener(supervisor, port=9100):` serves while the block runs."""
+
+    def __init__(
+        self,
+        supervisor: Supervisor,
+        *,
+        port: int,
+        host: str = "127.0.0.1",
+        policy: HealthPolicy | None = None,
+        registries: Sequence[CollectorRegistry] | None = None,
+    ) -> None:
+        if not 0 <= port <= 65_535:
+            raise ConfigError(f"ops port {port}: must be a port number from 0 to 65535")
+        self._supervisor = supervisor
+        self._host = host
+        self._port = port
+        self._policy = policy or HealthPolicy()
+        if registries is None:
+            registries = (supervisor.metrics.registry, REGISTRY)
+        self._registries = tuple(registries)
+        app = web.Application()
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=_CLOSE_TIMEOUT_S)
+        self.port: int | None = None
+
+    async def __aenter__(self) -> OpsListener:
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self._host, self._port)
+        try:
+            await site.start()
+        except OSError as error:
+            await self._runner.cleanup()
+            where = f"{self._host}:{self._port}"
+            raise ConfigError(f"ops listener: cannot listen on {where}: {error.strerror}") from None
+        self.port = _bound_port(self._runner)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self._runner.cleanup()
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        body = b"".join(generate_latest(registry) for registry in self._registries)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        return _answer(liveness(self._supervisor, self._policy))
+
+    async def _readyz(self, request: web.Request) -> web.Response:
+        return _answer(readiness(self._supervisor))
+
+
+def _answer(verdict: Verdict) -> web.Response:
+    return web.Response(
+        status=200 if verdict.ok else 503,
+        text=json.dumps(verdict.as_json()),
+        content_type="application/json",
+    )
+
+
+def _bound_port(runner: web.AppRunner) -> int:
+    for address in runner.addresses:
+        if isinstance(address, tuple) and len(address) >= 2:
+            return int(address[1])
+    raise RuntimeError("the ops listener bound no TCP address")
