@@ -1,0 +1,334 @@
+"""`Idempotency` (one per process, on one store) and its per-handler `IdempotencyGuard`.
+
+::
+
+    idempotency = Idempotency(RedisStore(redis))
+
+    @app.handler("orders", idempotent=idempotency.guard(key=lambda m: m.body["order_id"]))
+    async def handle(message: Message) -> None: ...
+
+What the guard does with each message (the innermost middleware, next to the handler):
+- claims its key with a conditional write, owned by this process's heartbeat and bound by
+  the lease's hard cap (see `worker.idempotency.record` for when a claim is live);
+- completed within the TTL: the handler is not run; the message is deleted (`Duplicate`,
+  outcome `duplicate`); with a different body hash (payload validation): `PayloadMismatch`,
+  a failure that goes through the handler's error policy;
+- claimed by a live lease elsewhere: `Retry`, after that lease's heartbeat would have run
+  out; claimed but stale: taken over (a conditional write on the old claim's token);
+- the store cannot be asked: `Retry` after `retry_after_s`; nothing runs unguarded;
+- after the handler: success writes the completion (with the result, if cached); an error
+  removes the claim, so that a retry can run; a cancellation (lost lease, cap, shutdown)
+  never completes it: a lost or capped lease's claim is let go (stale at once), a shut-down
+  one removed. A write the store refuses is retried by the heartbeat task, and logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import socket
+import uuid
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import TYPE_CHECKING, Any, cast
+
+import structlog
+from prometheus_client import CollectorRegistry
+
+from worker.clock import Clock, LoopClock
+from worker.config import LeaseConfig
+from worker.core.settlement import Outcome
+from worker.errors import Duplicate, LeaseWorkerError, RegistrationError, Retry
+from worker.idempotency.calls import store_call
+from worker.idempotency.heartbeat import Heartbeat
+from worker.idempotency.metrics import IdempotencyMetrics
+from worker.idempotency.record import Record, RecordState, Verdict, body_hash, judge
+from worker.idempotency.store import IdempotencyStore, StoreError
+from worker.message import Message
+from worker.middleware import CallNext
+
+if TYPE_CHECKING:
+    from worker.app import Worker, WorkerContext
+
+__all__ = ["Idempotency", "IdempotencyGuard", "PayloadMismatch"]
+
+KeyFunc = Callable[[Message], str]
+OnDuplicate = Callable[[Message, Any], Awaitable[None]]
+
+#: A day: how long a completion is remembered unless the guard says otherwise.
+DEFAULT_COMPLETED_TTL_S = 86_400.0
+
+
+class PayloadMismatch(LeaseWorkerError):
+    """The key was claimed or completed for another payload (its body hash differs)."""
+
+    def __init__(self, queue: str, message_id: str) -> None:
+        super().__init__(
+            f"message {message_id} on {queue}: its idempotency key was used for another "
+            "payload (body hash differs)"
+        )
+        self.queue = queue
+        self.message_id = message_id
+
+
+class Idempotency:
+    """The idempotency of one worker process on one store: its owner id, heartbeat and
+    metrics. Make one, and a guard per handler with `guard(...)`.
+
+    `store_timeout_s`: a store call not answered in this long is a store error.
+    `retry_after_s`: after a store error before the handler, the message comes back then.
+    `clock`: the worker's time (default: the event loop's).
+    """
+
+    def __init__(
+        self,
+        store: IdempotencyStore,
+        *,
+        store_timeout_s: float = 5.0,
+        retry_after_s: float = 5.0,
+        clock: Clock | None = None,
+    ) -> None:
+        if not isinstance(store, IdempotencyStore):
+            raise RegistrationError(f"store must be an IdempotencyStore, got {store!r}")
+        for name, value in (("store_timeout_s", store_timeout_s), ("retry_after_s", retry_after_s)):
+            if not (isinstance(value, int | float) and 0 < value < math.inf):
+                raise RegistrationError(f"{name}={value!r}: must be a positive number")
+        self.store = store
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+        self.store_timeout_s = float(store_timeout_s)
+        self.retry_after_s = float(retry_after_s)
+        self._clock = clock or LoopClock()
+        self.metrics = IdempotencyMetrics(CollectorRegistry())  # until a worker starts it
+        self.heartbeat = self._heartbeat(LeaseConfig())
+        self._attached = False
+        self._queues: set[str] = set()
+        self._log = structlog.get_logger("lease_worker.idempotency")
+
+    def guard(
+        self,
+        *,
+        key: KeyFunc | None = None,
+        namespace: str | None = None,
+        completed_ttl_s: float = DEFAULT_COMPLETED_TTL_S,
+        validate_payload: bool = False,
+        cache_result: bool = False,
+        on_duplicate: OnDuplicate | None = None,
+    ) -> IdempotencyGuard:
+        """A guard for `@app.handler(queue, idempotent=...)`.
+
+        `key`: the message's key (default: its MessageId); give a business key to catch a
+        message redriven from a DLQ (it gets a new MessageId) or sent twice.
+        `namespace`: keys are `namespace:key` (default: the queue's name).
+        `completed_ttl_s`: how long a completion is remembered.
+        `validate_payload`: a key met again with another body is `PayloadMismatch`.
+        `cache_result`: store the handler's return value (JSON) with the completion, and
+        hand it to `on_duplicate(message, result)` when a duplicate comes.
+        """
+        return IdempotencyGuard(
+            self,
+            key=key,
+            namespace=namespace,
+            completed_ttl_s=completed_ttl_s,
+            validate_payload=validate_payload,
+            cache_result=cache_result,
+            on_duplicate=on_duplicate,
+        )
+
+    def attach(self, worker: Worker, queue: str) -> None:
+        """Hook onto `worker` once: start-up (metrics, first beat) and the heartbeat task."""
+        self._queues.add(queue)
+        if self._attached:
+            return
+        self._attached = True
+        self.heartbeat = self._heartbeat(worker.config.lease)
+        worker.on_startup(self.start)
+        worker.background(self.run)
+
+    async def start(self, context: WorkerContext) -> None:
+        self.metrics = IdempotencyMetrics.on(context.registry)
+        for queue in self._queues:
+            self.metrics.declare_queue(queue)
+        if not await self.heartbeat.beat():  # the heartbeat task retries; claims wait
+            self._log.error("idempotency.store_unavailable_at_start", owner=self.owner)
+
+    async def run(self, context: WorkerContext) -> None:
+        await self.heartbeat.run()
+
+    def wall(self) -> float:
+        return self._clock.now() + self._clock.wall_offset_s()
+
+    async def call(self, operation: str, make: Callable[[], Awaitable[Any]]) -> Any:
+        return await store_call(self.metrics, operation, self.store_timeout_s, make)
+
+    def _heartbeat(self, lease: LeaseConfig) -> Heartbeat:
+        return Heartbeat(
+            self.store,
+            owner=self.owner,
+            clock=self._clock,
+            metrics=lambda: self.metrics,
+            ttl_s=float(lease.extension_s),
+            margin_s=lease.renew_margin_s,
+            retry_s=lease.retry_interval_s,
+            timeout_s=self.store_timeout_s,
+        )
+
+
+class IdempotencyGuard:
+    """One handler's guard (see the module docstring); made by `Idempotency.guard`."""
+
+    def __init__(
+        self,
+        idempotency: Idempotency,
+        *,
+        key: KeyFunc | None,
+        namespace: str | None,
+        completed_ttl_s: float,
+        validate_payload: bool,
+        cache_result: bool,
+        on_duplicate: OnDuplicate | None,
+    ) -> None:
+        if key is not None and not callable(key):
+            raise RegistrationError(f"key must be a function of the message, got {key!r}")
+        if not (isinstance(completed_ttl_s, int | float) and 0 < completed_ttl_s < math.inf):
+            raise RegistrationError(f"completed_ttl_s={completed_ttl_s!r}: a positive number")
+        if on_duplicate is not None and not callable(on_duplicate):
+            raise RegistrationError(f"on_duplicate must be callable, got {on_duplicate!r}")
+        self._idem = idempotency
+        self._key = key
+        self._namespace = namespace
+        self.completed_ttl_s = float(completed_ttl_s)
+        self._validate = validate_payload
+        self._cache = cache_result
+        self._on_duplicate = on_duplicate
+
+    def attach(self, worker: Worker, queue: str) -> None:
+        self._idem.attach(worker, queue)
+
+    async def __call__(self, message: Message, call_next: CallNext) -> None:
+        claim = await self._claim(message, self._key_of(message))
+        try:
+            # The innermost layer: call_next is the handler itself, and returns its result.
+            result: Any = await cast(Callable[[Message], Awaitable[Any]], call_next)(message)
+        except (asyncio.CancelledError, GeneratorExit):
+            self._let_go(claim, message)  # no await: the task is being cancelled
+            raise
+        except BaseException:
+            await self._write("remove", claim, self._remover(claim))
+            raise
+        done = claim.completed(
+            at=self._idem.wall(), ttl_s=self.completed_ttl_s, result=self._result(result)
+        )
+        await self._write(
+            "replace", claim, partial(self._idem.store.replace, done, token=claim.token)
+        )
+
+    def _key_of(self, message: Message) -> str:
+        key = message.message_id if self._key is None else self._key(message)
+        if not isinstance(key, str) or not key:
+            raise TypeError(
+                f"idempotency key of {message!r}: must be a non-empty str, got {type(key).__name__}"
+            )
+        return f"{self._namespace or message.queue}:{key}"
+
+    async def _claim(self, message: Message, key: str) -> Record:
+        idem, lease = self._idem, message.lease
+        if not idem.heartbeat.live(for_s=idem.heartbeat.margin_s / 2):
+            raise Retry(idem.retry_after_s, "idempotency store unavailable (no heartbeat)")
+        wall = idem.wall()
+        stale_at = wall + lease.cap_left_s(idem._clock.now())
+        claim = Record(
+            key=key,
+            token=uuid.uuid4().hex,
+            state=RecordState.IN_PROGRESS,
+            owner=idem.owner,
+            stale_at=stale_at,
+            expires_at=stale_at,
+            body_hash=body_hash(message.raw_body) if self._validate else None,
+        )
+        try:
+            for _ in range(3):  # a race lost to another claimant: look again
+                found = await idem.call("create", lambda: idem.store.create(claim, now=wall))
+                if found is None or await self._settle_conflict(message, claim, found, wall):
+                    return claim
+        except (asyncio.CancelledError, GeneratorExit):
+            # Cancelled on the wire: the claim may have been written. Removed by its token,
+            # it does not wait for its cap (a no-op if it was never written).
+            idem.heartbeat.defer(claim.token, "remove", self._remover(claim))
+            raise
+        except StoreError as error:
+            self._idem._log.warning(
+                "idempotency.claim_failed", operation=error.operation, reason=error.reason
+            )
+            raise Retry(idem.retry_after_s, "idempotency store unavailable") from None
+        raise Retry(1.0, "idempotency key contended")
+
+    async def _settle_conflict(
+        self, message: Message, claim: Record, found: Record, wall: float
+    ) -> bool:
+        """True if `found` was taken over by `claim`; raises if the message must not run."""
+        idem = self._idem
+        beat: float | None = None
+        if found.state is RecordState.IN_PROGRESS:
+            if found.owner == idem.owner:
+                beat = idem.heartbeat.confirmed_until
+            else:
+                beat = await idem.call("beat_of", lambda: idem.store.beat_of(found.owner))
+        judgement = judge(found, now=wall, beat_until=beat, body=claim.body_hash)
+        queue = message.queue
+        if judgement.verdict is Verdict.MISMATCH:
+            raise PayloadMismatch(queue, message.message_id)
+        if judgement.verdict is Verdict.COMPLETED:
+            idem.metrics.duplicates.labels(queue).inc()
+            if self._on_duplicate is not None:
+                await self._on_duplicate(message, _loads(found.result))
+            raise Duplicate("idempotency: completed before")
+        if judgement.verdict is Verdict.LIVE:
+            idem.metrics.busy.labels(queue).inc()
+            # Back once the owner's heartbeat would have run out had it stopped.
+            raise Retry(
+                max(1.0, math.ceil(judgement.live_until - wall) + 1.0),
+                "idempotency: claimed elsewhere",
+            )
+        if await idem.call("replace", lambda: idem.store.replace(claim, token=found.token)):
+            idem.metrics.takeovers.labels(queue).inc()
+            idem._log.info("idempotency.took_over", previous_owner=found.owner)
+            return True
+        return False
+
+    def _let_go(self, claim: Record, message: Message) -> None:
+        if message.lease.cancel_reason is Outcome.SHUTDOWN:  # released: runs elsewhere at once
+            self._idem.heartbeat.defer(claim.token, "remove", self._remover(claim))
+            return
+        stale = claim.let_go(at=self._idem.wall())
+        write = partial(self._idem.store.replace, stale, token=claim.token)
+        self._idem.heartbeat.defer(claim.token, "replace", write)
+
+    def _remover(self, claim: Record) -> Callable[[], Awaitable[bool]]:
+        return partial(self._idem.store.remove, claim.key, token=claim.token)
+
+    async def _write(
+        self, operation: str, claim: Record, write: Callable[[], Awaitable[bool]]
+    ) -> None:
+        try:
+            if not await self._idem.call(operation, write):
+                self._idem._log.warning("idempotency.claim_taken_over", operation=operation)
+        except StoreError as error:
+            self._idem._log.error(
+                "idempotency.write_failed", operation=operation, reason=error.reason
+            )
+            self._idem.heartbeat.defer(claim.token, operation, write)
+
+    def _result(self, result: Any) -> str | None:
+        if not self._cache:
+            return None
+        try:
+            return json.dumps(result)
+        except (TypeError, ValueError):
+            self._idem._log.error("idempotency.result_not_json", type=type(result).__name__)
+            return None
+
+
+def _loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)

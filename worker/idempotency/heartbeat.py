@@ -1,0 +1,146 @@
+"""The heartbeat: one record per worker process that its claims refer to.
+
+A claim is live while its owner's heartbeat is: so a crashed process's claims all go stale
+together, one heartbeat TTL after its last beat, while a live process writes one record per
+round however many claims it holds (rather than one write per claim per round). The TTL
+and the cadence are the lease's: `ttl_s` is the extension a renewal asks for, and the beat
+is renewed `margin_s` before it runs out, as a lease is.
+
+The same task sends the writes that could not be sent where they arose: a claim let go by a
+cancelled handler (which may not await), a completion or a removal the store refused. Each
+is retried every round, and at `retry_s`, until the store takes it or the worker stops; at
+the stop the task sends what is left once more, bounded, and ends its beat, so that what it
+still claims goes stale at once.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable
+
+import anyio
+import structlog
+
+from worker.clock import Clock
+from worker.idempotency.calls import store_call
+from worker.idempotency.metrics import IdempotencyMetrics
+from worker.idempotency.store import IdempotencyStore, StoreError
+
+__all__ = ["Heartbeat"]
+
+#: At the stop, how long the last writes may take.
+_FLUSH_S = 5.0
+
+Write = Callable[[], Awaitable[object]]
+
+
+class Heartbeat:
+    def __init__(
+        self,
+        store: IdempotencyStore,
+        *,
+        owner: str,
+        clock: Clock,
+        metrics: Callable[[], IdempotencyMetrics],
+        ttl_s: float,
+        margin_s: float,
+        retry_s: float,
+        timeout_s: float,
+    ) -> None:
+        self.owner = owner
+        self._store = store
+        self._clock = clock
+        self._metrics = metrics
+        self.ttl_s = ttl_s
+        self.margin_s = margin_s
+        self._retry_s = retry_s
+        self._timeout_s = timeout_s
+        #: Wall time until which the store holds our beat (as of its last confirmed write).
+        self.confirmed_until = -math.inf
+        #: Rounds run and the store calls each made: to measure the cost per round.
+        self.calls_per_round: list[int] = []
+        self._pending: dict[str, tuple[str, Write]] = {}
+        self._wake = anyio.Event()
+        self._log = structlog.get_logger("lease_worker.idempotency")
+
+    def wall(self, now: float | None = None) -> float:
+        return (self._clock.now() if now is None else now) + self._clock.wall_offset_s()
+
+    def live(self, *, for_s: float = 0.0) -> bool:
+        """True if our beat holds for `for_s` more seconds: claims made now are live."""
+        return self.wall() + for_s < self.confirmed_until
+
+    def defer(self, name: str, operation: str, write: Write) -> None:
+        """Send `write` from this task (now, then every round until the store takes it).
+        A later write of the same `name` (a claim's token) replaces an unsent one."""
+        self._pending[name] = (operation, write)
+        self._wake.set()
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    async def beat(self) -> bool:
+        """Write our beat now; True if the store took it."""
+        until = self.wall() + self.ttl_s
+        try:
+            await self._call("beat", lambda: self._store.beat(self.owner, until=until))
+        except StoreError as error:
+            self._log.warning("idempotency.heartbeat_failed", reason=error.reason)
+            return False
+        self.confirmed_until = until
+        return True
+
+    async def run(self) -> None:
+        try:
+            while True:
+                calls, ok = await self._round()
+                self.calls_per_round.append(calls)
+                with anyio.move_on_after(self._next_wait(ok)):
+                    await self._wake.wait()
+                self._wake = anyio.Event()
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_FLUSH_S):
+                await self._send_pending()
+                await self._end_beat()
+
+    async def _round(self) -> tuple[int, bool]:
+        calls, ok = 0, True
+        if self.wall() >= self.confirmed_until - self.margin_s:
+            calls += 1
+            ok = await self.beat()
+        sent, failed = await self._send_pending()
+        return calls + sent, ok and not failed
+
+    def _next_wait(self, ok: bool) -> float:
+        if not ok:
+            return self._retry_s
+        return max(0.0, self.confirmed_until - self.margin_s - self.wall())
+
+    async def _send_pending(self) -> tuple[int, int]:
+        sent = failed = 0
+        for name, (operation, write) in list(self._pending.items()):
+            sent += 1
+            try:
+                await self._call(operation, write)
+            except StoreError as error:
+                failed += 1
+                self._log.warning(
+                    "idempotency.write_pending", operation=operation, reason=error.reason
+                )
+                continue
+            if self._pending.get(name, (None, None))[1] is write:  # not replaced meanwhile
+                del self._pending[name]
+        return sent, failed
+
+    async def _end_beat(self) -> None:
+        # Our claims go stale at once rather than one TTL from now.
+        now = self.wall()
+        try:
+            await self._call("beat", lambda: self._store.beat(self.owner, until=now))
+        except StoreError:
+            return
+        self.confirmed_until = now
+
+    async def _call(self, operation: str, write: Write) -> object:
+        return await store_call(self._metrics(), operation, self._timeout_s, write)
