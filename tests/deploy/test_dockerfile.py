@@ -1,0 +1,140 @@
+"""The Dockerfile, checked statically (no image is built here: CI has no Docker engine).
+
+Parsed into stages of (instruction, arguments); the rules are the ones the image promises:
+a pinned base, a multi-stage build whose final stage holds no build tools, a fixed non-root
+user that is the Deployment's, `lease-worker` as the entrypoint, and no secrets.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+
+import pytest
+
+from tests.deploy.kit import BASE, ROOT, config_data, pod_spec, rendered, worker_container
+
+Instruction = tuple[str, str]
+
+DOCKERFILE = ROOT / "Dockerfile"
+PINNED = re.compile(r"^[\w./-]+:\d+\.\d+\.\d+[\w.-]*(@sha256:[0-9a-f]{64})?$")
+BUILD_TOOLS = re.compile(r"\b(gcc|g\+\+|cc|make|build-essential|apt-get|apt|curl|wget)\b")
+SECRET_NAMES = re.compile(r"(KEY|SECRET|TOKEN|PASSWORD|PASSWD|CREDENTIAL)", re.IGNORECASE)
+
+
+def parse(text: str) -> list[list[Instruction]]:
+    """Stages of (INSTRUCTION, arguments), continuation lines joined, comments dropped."""
+    lines = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
+    joined = re.sub(r"\\\n", " ", "\n".join(lines))
+    stages: list[list[Instruction]] = []
+    for line in joined.splitlines():
+        if not line.strip():
+            continue
+        keyword, _, arguments = line.strip().partition(" ")
+        if keyword.upper() == "FROM":
+            stages.append([])
+        if not stages:
+            raise ValueError(f"{keyword} before the first FROM")
+        stages[-1].append((keyword.upper(), " ".join(arguments.split())))
+    return stages
+
+
+def _stages() -> list[list[Instruction]]:
+    return parse(DOCKERFILE.read_text())
+
+
+def _all(stage: list[Instruction], keyword: str) -> list[str]:
+    return [arguments for instruction, arguments in stage if instruction == keyword]
+
+
+def test_the_build_has_a_build_stage_and_a_final_stage_on_one_pinned_base() -> None:
+    stages = _stages()
+    assert len(stages) == 2
+    images = [_all(stage, "FROM")[0].split(" AS ")[0] for stage in stages]
+    for image in images:
+        assert PINNED.match(image), f"{image}: pin the base image by its full version"
+    # The final stage runs the build stage's virtualenv: same interpreter, same path.
+    assert images[0] == images[1]
+    assert images[0].startswith("python:3.11.")
+
+
+def test_the_final_stage_runs_as_the_deployments_non_root_user() -> None:
+    final = _stages()[-1]
+    (user,) = _all(final, "USER")
+    uid, _, gid = user.partition(":")
+    assert uid.isdigit() and gid.isdigit(), "a numeric user lets runAsNonRoot check it"
+    assert int(uid) > 0 and int(gid) > 0
+    context = pod_spec(rendered(BASE))["securityContext"]
+    assert (int(uid), int(gid)) == (context["runAsUser"], context["runAsGroup"])
+    # The user is created with these IDs, not left to the next free number.
+    assert any(f"--uid {uid}" in run and f"--gid {gid}" in run for run in _all(final, "RUN"))
+
+
+def test_the_final_stage_holds_no_build_tools_and_fetches_nothing() -> None:
+    stages = _stages()
+    final = stages[-1]
+    for run in _all(final, "RUN"):
+        assert not BUILD_TOOLS.search(run), run
+    for copy in _all(final, "COPY"):
+        assert copy == "--from=build /opt/venv /opt/venv", copy
+    for stage in stages:
+        assert _all(stage, "ADD") == [], "ADD fetches URLs and unpacks archives: use COPY"
+        for run in _all(stage, "RUN"):
+            assert not re.search(r"\b(curl|wget)\b", run), run
+
+
+def test_the_entrypoint_is_lease_worker_in_exec_form() -> None:
+    final = _stages()[-1]
+    (entrypoint,) = _all(final, "ENTRYPOINT")
+    # Exec form: lease-worker is PID 1 and gets SIGTERM itself (a shell would swallow it).
+    assert json.loads(entrypoint) == ["lease-worker"]
+
+
+def test_no_secret_is_baked_in() -> None:
+    for stage in _stages():
+        for keyword in ("ENV", "ARG"):
+            for arguments in _all(stage, keyword):
+                names = re.findall(r"([A-Za-z_][A-Za-z0-9_]*)=", arguments) or [arguments]
+                for name in names:
+                    assert not SECRET_NAMES.search(name), f"{keyword} {name}"
+
+
+def test_the_image_exposes_the_ops_port() -> None:
+    (exposed,) = _all(_stages()[-1], "EXPOSE")
+    resources = rendered(BASE)
+    (port,) = worker_container(resources)["ports"]
+    assert exposed == str(port["containerPort"]) == config_data(resources)["LEASE_WORKER_OPS_PORT"]
+
+
+def test_the_build_copies_the_packages_pyproject_names() -> None:
+    build = _stages()[0]
+    copied = {copy.split()[0].rstrip("/") for copy in _all(build, "COPY")}
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    packages = set(pyproject["tool"]["setuptools"]["packages"])
+    assert packages <= copied
+    assert (ROOT / pyproject["project"]["readme"]).exists()
+
+
+@pytest.mark.parametrize(
+    "entry", [".git", ".venv", ".env", ".aws", "*.pem", "tests", "**/__pycache__"]
+)
+def test_the_build_context_leaves_out(entry: str) -> None:
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    assert entry in ignored
+
+
+def test_the_build_context_keeps_what_the_build_copies() -> None:
+    ignored = set((ROOT / ".dockerignore").read_text().split())
+    for copy in _all(_stages()[0], "COPY"):
+        for source in copy.split()[:-1]:
+            assert source.rstrip("/") not in ignored, source
+            assert (ROOT / source).exists(), source
+
+
+def test_the_parser_reads_continuations_and_stages() -> None:
+    text = "FROM a:1.2.3 AS x\nRUN one \\\n    two\n# RUN gcc\nFROM a:1.2.3\nUSER 1:1\n"
+    assert parse(text) == [
+        [("FROM", "a:1.2.3 AS x"), ("RUN", "one two")],
+        [("FROM", "a:1.2.3"), ("USER", "1:1")],
+    ]

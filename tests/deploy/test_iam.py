@@ -1,0 +1,187 @@
+"""The IAM policies in deploy/iam name exactly what the code calls, nothing more.
+
+The SQS operations are read from backends/sqs/backend.py (the operation names each method
+sends, following its calls to other methods), so a new call there fails this test until the
+policy says whether the worker may make it. IAM has no batch actions: DeleteMessageBatch is
+authorised as sqs:DeleteMessage, ChangeMessageVisibilityBatch as sqs:ChangeMessageVisibility.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import botocore.session
+
+from backends import BACKENDS
+from tests.deploy.kit import BASE, ROOT, one, rendered
+
+SQS_BACKEND = ROOT / "backends" / "sqs" / "backend.py"
+IAM = ROOT / "deploy" / "iam"
+#: The Backend methods the runtime calls on a queue it works (receive, renew, release,
+#: delete, read attributes); the queue sampler reads a dead-letter queue's attributes too.
+WORKER_METHODS = ("queue_info", "receive", "extend", "release", "delete")
+DEAD_LETTER_METHODS = ("queue_info",)
+#: Backend methods that call nothing on the service (aclose) or only for the embedded engine
+#: (create_queue: `lease-worker run` creates queues only for an embedded backend).
+NOT_SQS_CALLS = {"aclose", "create_queue"}
+PLACEHOLDERS = {"AWS_REGION", "AWS_ACCOUNT_ID", "QUEUE_NAME", "DLQ_NAME"}
+
+
+def _sqs_operation_names() -> frozenset[str]:
+    model = botocore.session.get_session().get_service_model("sqs")
+    return frozenset(model.operation_names)
+
+
+def _methods() -> dict[str, ast.AsyncFunctionDef | ast.FunctionDef]:
+    tree = ast.parse(SQS_BACKEND.read_text())
+    (backend,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "SqsBackend"]
+    return {
+        node.name: node
+        for node in backend.body
+        if isinstance(node, ast.AsyncFunctionDef | ast.FunctionDef)
+    }
+
+
+def sqs_operations(method_names: Iterable[str]) -> set[str]:
+    """The SQS operations the given SqsBackend methods may send, directly or not."""
+    methods, known = _methods(), _sqs_operation_names()
+    operations: set[str] = set()
+    seen: set[str] = set()
+    pending = list(method_names)
+    while pending:
+        name = pending.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for node in ast.walk(methods[name]):
+            if isinstance(node, ast.Constant) and node.value in known:
+                operations.add(node.value)
+            elif _is_self_call(node) and node.func.attr in methods:  # type: ignore[attr-defined]
+                pending.append(node.func.attr)  # type: ignore[attr-defined]
+    return operations
+
+
+def _is_self_call(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == "self"
+    )
+
+
+def iam_actions(operations: Iterable[str]) -> set[str]:
+    return {"sqs:" + operation.removesuffix("Batch") for operation in operations}
+
+
+def _policy(name: str) -> dict[str, Any]:
+    policy: dict[str, Any] = json.loads((IAM / name).read_text())
+    return policy
+
+
+def _statement(policy: dict[str, Any], sid: str) -> dict[str, Any]:
+    (statement,) = [s for s in policy["Statement"] if s["Sid"] == sid]
+    found: dict[str, Any] = statement
+    return found
+
+
+def test_the_worker_may_make_exactly_the_calls_it_makes() -> None:
+    statement = _statement(_policy("worker-policy.json"), "WorkTheQueue")
+    needed = iam_actions(sqs_operations(WORKER_METHODS))
+    assert needed == {
+        "sqs:ChangeMessageVisibility",
+        "sqs:DeleteMessage",
+        "sqs:GetQueueAttributes",
+        "sqs:GetQueueUrl",
+        "sqs:ReceiveMessage",
+    }
+    assert set(statement["Action"]) == needed
+    assert statement["Resource"] == "arn:aws:sqs:${AWS_REGION}:${AWS_ACCOUNT_ID}:${QUEUE_NAME}"
+
+
+def test_the_dead_letter_queue_is_only_read() -> None:
+    statement = _statement(_policy("worker-policy.json"), "SampleTheDeadLetterQueue")
+    needed = iam_actions(sqs_operations(DEAD_LETTER_METHODS))
+    assert set(statement["Action"]) == needed == {"sqs:GetQueueAttributes", "sqs:GetQueueUrl"}
+    assert statement["Resource"] == "arn:aws:sqs:${AWS_REGION}:${AWS_ACCOUNT_ID}:${DLQ_NAME}"
+
+
+def test_the_operation_scan_sees_every_call() -> None:
+    """Every method's operations are found, the admin ones included: the scan is not blind."""
+    everything = sqs_operations(_methods())
+    assert everything == {
+        "ChangeMessageVisibilityBatch",
+        "CreateQueue",
+        "DeleteMessageBatch",
+        "DeleteQueue",
+        "GetQueueAttributes",
+        "GetQueueUrl",
+        "PurgeQueue",
+        "ReceiveMessage",
+        "SendMessageBatch",
+    }
+
+
+def _backend_calls(path: Path) -> Iterator[str]:
+    """Methods called on anything named `...backend`, except by a method of the same name
+    (a wrapper handing a call through)."""
+
+    def visit(node: ast.AST, function: str | None) -> Iterator[str]:
+        if isinstance(node, ast.AsyncFunctionDef | ast.FunctionDef):
+            function = node.name
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            owner = node.func.value
+            name = owner.id if isinstance(owner, ast.Name) else getattr(owner, "attr", "")
+            if name.endswith("backend") and node.func.attr != function:
+                yield node.func.attr
+        for child in ast.iter_child_nodes(node):
+            yield from visit(child, function)
+
+    yield from visit(ast.parse(path.read_text()), None)
+
+
+def test_the_runtime_calls_no_other_backend_method() -> None:
+    """What `lease-worker run` can call on a backend; worker/testing.py (a test harness that
+    sends) is not part of a deployed worker."""
+    sources = [p for p in (ROOT / "worker").rglob("*.py") if p.name != "testing.py"]
+    called = {name for path in sources for name in _backend_calls(path)}
+    assert "receive" in called and "delete" in called  # the scan finds calls at all
+    assert called <= set(WORKER_METHODS) | NOT_SQS_CALLS
+    assert not BACKENDS["sqs"].embedded
+
+
+def _placeholders(text: str) -> set[str]:
+    return set(re.findall(r"\$\{([A-Z_]+)\}", text))
+
+
+def test_the_policies_grant_nothing_wide() -> None:
+    for name in ("worker-policy.json", "keda-operator-policy.json"):
+        policy = _policy(name)
+        assert policy["Version"] == "2012-10-17"
+        for statement in policy["Statement"]:
+            assert statement["Effect"] == "Allow"
+            assert all("*" not in action for action in statement["Action"]), name
+            assert statement["Resource"].startswith("arn:aws:sqs:"), name
+            assert "*" not in statement["Resource"], name
+        assert _placeholders((IAM / name).read_text()) <= PLACEHOLDERS
+
+
+def test_keda_may_only_read_the_queue_depth() -> None:
+    (statement,) = _policy("keda-operator-policy.json")["Statement"]
+    assert statement["Action"] == ["sqs:GetQueueAttributes"]
+    worker = _statement(_policy("worker-policy.json"), "WorkTheQueue")
+    assert statement["Resource"] == worker["Resource"]
+
+
+def test_the_trust_policy_names_the_workers_service_account() -> None:
+    (statement,) = _policy("worker-trust-policy.json")["Statement"]
+    account = one(rendered(BASE), "ServiceAccount")["metadata"]["name"]
+    condition = statement["Condition"]["StringEquals"]
+    assert condition["${OIDC_PROVIDER}:sub"] == f"system:serviceaccount:${{NAMESPACE}}:{account}"
+    assert condition["${OIDC_PROVIDER}:aud"] == "sts.amazonaws.com"
+    assert statement["Action"] == "sts:AssumeRoleWithWebIdentity"
