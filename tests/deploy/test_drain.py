@@ -14,6 +14,7 @@ from tests.deploy.kit import (
     DIRECTORIES,
     EXAMPLE,
     MARGIN_S,
+    ROOT,
     config_data,
     pod_spec,
     rendered,
@@ -60,3 +61,18 @@ def test_the_base_drains_by_default_as_long_as_the_worker_does() -> None:
     holds for an app that keeps ShutdownConfig's defaults."""
     data = config_data(rendered(BASE))
     assert float(data["LEASE_WORKER_GRACE_S"]) == ShutdownConfig().grace_s
+
+
+def test_the_readme_table_states_the_manifests_arithmetic() -> None:
+    rows = {
+        cells[0]: cells[1:]
+        for line in (ROOT / "deploy" / "README.md").read_text().splitlines()
+        if line.startswith("| base |") or line.startswith("| example overlay |")
+        for cells in [[cell.strip() for cell in line.strip("|").split("|")]]
+    }
+    for row, name in (("base", "base"), ("example overlay", "example")):
+        resources = rendered(DIRECTORIES[name])
+        grace, flush, close, margin, period = (float(cell) for cell in rows[row])
+        assert grace + flush + close == shutdown_bound_s(config_data(resources))
+        assert (margin, period) == (MARGIN_S, pod_spec(resources)["terminationGracePeriodSeconds"])
+        assert grace + flush + close + margin == period

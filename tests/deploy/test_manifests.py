@@ -27,6 +27,8 @@ from tests.deploy.kit import (
 )
 from tests.deploy.render import Resource, render
 from tests.deploy.validation import CUSTOM_SCHEMAS, schema_errors
+from worker.cli.options import ENV_PREFIX
+from worker.cli.run import OPTIONS
 
 KINDS = {
     "ConfigMap",
@@ -195,3 +197,14 @@ def test_the_example_overlay_is_its_own_namespace_under_restricted_admission() -
     assert {r["metadata"]["namespace"] for r in others} == {name}
     image = worker_container(resources)["image"]
     assert image == "123456789012.dkr.ecr.eu-west-1.amazonaws.com/orders-worker:1.4.2"
+
+
+@pytest.mark.parametrize("name", sorted(DIRECTORIES))
+def test_every_setting_in_the_configmap_is_one_the_worker_reads(name: str) -> None:
+    """A misspelt LEASE_WORKER_ name would be ignored without a word: it is refused here."""
+    options = {ENV_PREFIX + option.env_name for group in OPTIONS.values() for option in group}
+    data = config_data(rendered(DIRECTORIES[name]))
+    assert set(data) - options == {"AWS_REGION"}
+    # One process per pod: its probes and its drain speak for one event loop.
+    assert "LEASE_WORKER_PROCESSES" not in data
+    assert data["LEASE_WORKER_LOG_FORMAT"] == "json"
