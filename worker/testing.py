@@ -109,11 +109,13 @@ async def run_worker(
     backend: Backend | None = None,
     metrics: Metrics | None = None,
     create_queues: bool = True,
+    **options: Any,
 ) -> AsyncIterator[WorkerHarness]:
     """Run `app` until the block ends, then shut it down cleanly.
 
     `backend` defaults to a new in-memory backend; with `create_queues`, every registered
-    queue that does not exist yet is created (on a backend that can create queues).
+    queue that does not exist yet is created (on a backend that can create queues). Other
+    `options` go to `Supervisor` (e.g. `sample_queues_every_s`).
     """
     backend = backend or MemoryBackend()
     if isinstance(getattr(getattr(backend, "engine", None), "clock", None), ManualClock):
@@ -125,7 +127,7 @@ async def run_worker(
         await create_missing_queues(app, backend)
     harness: WorkerHarness
     observers = [lambda m, o, s: harness._observe(m, o, s)]
-    supervisor = Supervisor(app, backend, metrics=metrics, observers=observers)
+    supervisor = Supervisor(app, backend, metrics=metrics, observers=observers, **options)
     harness = WorkerHarness(supervisor, backend)
     await supervisor.prepare()  # a missing queue raises here, not inside a task group
     supervisor.on_lease_finished.append(lambda: harness._changed.set())

@@ -1,8 +1,9 @@
 """The operations listener: one HTTP port for Prometheus and Kubernetes.
 
-- `GET /metrics`: the runtime's registry, then the process-wide one (the application's own
-  metrics, and prometheus-client's process, platform and GC collectors), in Prometheus'
-  text format.
+- `GET /metrics`: the runtime's registry, `<prefix>_ready` and `<prefix>_healthy` (1 or 0,
+  the probes' verdicts, for alert rules), then the process-wide registry (the application's
+  own metrics, and prometheus-client's process, platform and GC collectors), in
+  Prometheus' text format.
 - `GET /healthz`, `GET /readyz`: 200 or 503 with a JSON body naming each check
   (`worker.ops.health`).
 - Any other path: 404; another method: 405.
@@ -16,12 +17,14 @@ works. Loopback by default: exposing it is a decision (`--ops-addr 0.0.0.0` in a
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from types import TracebackType
 
 from aiohttp import web
 from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import Collector
 
 from worker.errors import ConfigError
 from worker.ops.health import HealthPolicy, Verdict, liveness, readiness
@@ -53,7 +56,9 @@ class OpsListener:
         self._policy = policy or HealthPolicy()
         if registries is None:
             registries = (supervisor.metrics.registry, REGISTRY)
-        self._registries = tuple(registries)
+        probes = CollectorRegistry(auto_describe=True)
+        probes.register(_Probes(supervisor, self._policy))
+        self._registries = (probes, *registries)
         app = web.Application()
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/healthz", self._healthz)
@@ -90,6 +95,19 @@ class OpsListener:
 
     async def _readyz(self, request: web.Request) -> web.Response:
         return _answer(readiness(self._supervisor))
+
+
+class _Probes(Collector):
+    def __init__(self, supervisor: Supervisor, policy: HealthPolicy) -> None:
+        self._supervisor = supervisor
+        self._policy = policy
+
+    def collect(self) -> Iterator[Metric]:
+        prefix = self._supervisor.metrics.prefix
+        ready = readiness(self._supervisor).ok
+        healthy = liveness(self._supervisor, self._policy).ok
+        yield GaugeMetricFamily(f"{prefix}_ready", "1 while /readyz answers 200.", value=ready)
+        yield GaugeMetricFamily(f"{prefix}_healthy", "1 while /healthz answers 200.", value=healthy)
 
 
 def _answer(verdict: Verdict) -> web.Response:

@@ -23,6 +23,7 @@ class LoopLag:
         self._gauge = gauge
         self._last_s = 0.0
         self._next_wake: float | None = None
+        self._sampled = anyio.Event()
 
     def seconds(self, now: float) -> float:
         """The latest lateness measured, or how overdue the next wake-up is, if more."""
@@ -40,7 +41,13 @@ class LoopLag:
         finally:
             self._next_wake = None
 
+    async def next_sample(self) -> None:
+        """Wait for the watcher's next measure."""
+        await self._sampled.wait()
+
     def _record(self, lateness_s: float) -> None:
         self._last_s = lateness_s
         if self._gauge is not None:
             self._gauge.set(lateness_s)
+        self._sampled.set()
+        self._sampled = anyio.Event()

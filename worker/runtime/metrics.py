@@ -78,13 +78,13 @@ class Snapshot:
 
 class _AtScrape(Collector):
     def __init__(self, prefix: str, read: Callable[[], Snapshot]) -> None:
-        self._prefix = prefix
+        self.prefix = prefix
         self._read = read
 
     def collect(self) -> Iterator[Metric]:
         snapshot = self._read()
         nearest = GaugeMetricFamily(
-            f"{self._prefix}_lease_nearest_deadline_seconds",
+            f"{self.prefix}_lease_nearest_deadline_seconds",
             "Seconds to the nearest lease deadline among the messages held.",
             labels=["queue"],
         )
@@ -92,12 +92,12 @@ class _AtScrape(Collector):
             nearest.add_metric([queue], seconds)
         yield nearest
         yield GaugeMetricFamily(
-            f"{self._prefix}_settle_backlog",
+            f"{self.prefix}_settle_backlog",
             "Deletes and releases waiting to be sent.",
             value=snapshot.settle_backlog,
         )
         yield GaugeMetricFamily(
-            f"{self._prefix}_abandoned_handler_threads",
+            f"{self.prefix}_abandoned_handler_threads",
             "Threads still running a synchronous handler that was given up on.",
             value=snapshot.abandoned_threads,
         )
@@ -110,7 +110,7 @@ class Metrics:
         self, registry: CollectorRegistry | None = None, *, prefix: str = "lease_worker"
     ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
-        self._prefix = prefix
+        self.prefix = prefix
         self._watching = False
         self.received = self._counter("messages_received", "Messages received.", "queue")
         self.handled = self._counter("messages_handled", "Handler outcomes.", "queue", "outcome")
@@ -171,6 +171,12 @@ class Metrics:
             "queue",
             "state",
         )
+        self.dead_letter_messages = self._gauge(
+            "dead_letter_queue_messages",
+            "Messages in the queue's dead-letter queue (the service's approximate count).",
+            "queue",
+            "dead_letter_queue",
+        )
         self.oldest_message_age = self._gauge(
             "queue_oldest_message_age_seconds",
             "Age of the queue's oldest message (where the service tells; else the oldest "
@@ -183,19 +189,19 @@ class Metrics:
 
     def _counter(self, name: str, documentation: str, *labels: str) -> _Labelled[Counter]:
         return _Labelled(
-            Counter(f"{self._prefix}_{name}", documentation, list(labels), registry=self.registry)
+            Counter(f"{self.prefix}_{name}", documentation, list(labels), registry=self.registry)
         )
 
     def _gauge(self, name: str, documentation: str, *labels: str) -> _Labelled[Gauge]:
         return _Labelled(
-            Gauge(f"{self._prefix}_{name}", documentation, list(labels), registry=self.registry)
+            Gauge(f"{self.prefix}_{name}", documentation, list(labels), registry=self.registry)
         )
 
     def _histogram(
         self, name: str, documentation: str, buckets: tuple[float, ...], *labels: str
     ) -> _Labelled[Histogram]:
         metric = Histogram(
-            f"{self._prefix}_{name}",
+            f"{self.prefix}_{name}",
             documentation,
             list(labels),
             buckets=buckets,
@@ -223,7 +229,7 @@ class Metrics:
         """Read `read()` at each scrape (once per registry: a second call is ignored)."""
         if not self._watching:
             self._watching = True
-            self.registry.register(_AtScrape(self._prefix, read))
+            self.registry.register(_AtScrape(self.prefix, read))
 
     def value(self, name: str, **labels: str) -> float:
         """A sample's current value (0 when absent): for tests and the CLI's summary."""

@@ -1,7 +1,9 @@
 """Queue depth and oldest message age, sampled at a bounded rate.
 
-Every `interval_s` the sampler reads each handler queue's attributes, and its dead-letter
-queue's, into `queue_messages{queue, state}` and `queue_oldest_message_age_seconds{queue}`.
+Every `interval_s` the sampler reads each handler queue's attributes into
+`queue_messages{queue, state}`, `queue_oldest_message_age_seconds{queue}` and
+`queue_in_flight_quota{queue}`, and its dead-letter queue's into
+`dead_letter_queue_messages{queue, dead_letter_queue}`.
 One GetQueueAttributes call per queue per interval (30 s by default: under 3,000 calls a
 day per queue and process, a few cents a month on SQS).
 
@@ -15,6 +17,7 @@ failures; the gauges keep their last values.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 import anyio
@@ -61,19 +64,19 @@ class QueueSampler:
             await anyio.sleep(self._interval_s)
 
     async def sample(self) -> None:
-        """Read every queue's attributes once: the handler queues, then their DLQs."""
+        """Read every handler queue's attributes once, then each dead-letter queue's."""
         handler_queues = dict(self._queues())
         for queue in handler_queues:
-            await self._sample(queue, self._oldest_received_age_s(queue))
-        dead_letter_queues = {
-            info.redrive.dead_letter_queue
-            for info in handler_queues.values()
-            if info.redrive is not None
-        }
-        for queue in sorted(dead_letter_queues - handler_queues.keys()):
-            await self._sample(queue, None)
+            await self._sample(queue, partial(self._record, queue))
+        sources: dict[str, list[str]] = {}
+        for queue, info in handler_queues.items():
+            if info.redrive is not None:
+                sources.setdefault(info.redrive.dead_letter_queue, []).append(queue)
+        for dead_letter_queue, queues in sorted(sources.items()):
+            record = partial(self._record_dead_letters, dead_letter_queue, queues)
+            await self._sample(dead_letter_queue, record)
 
-    async def _sample(self, queue: str, received_age_s: float | None) -> None:
+    async def _sample(self, queue: str, record: Callable[[QueueInfo], None]) -> None:
         try:
             info = await call_by(
                 self._clock.now() + self._call_timeout_s,
@@ -87,9 +90,17 @@ class QueueSampler:
         if queue in self._failing:
             self._failing.discard(queue)
             self._log.info("queue_sample.recovered", queue=queue)
-        self._record(queue, info, received_age_s)
+        record(info)
 
-    def _record(self, queue: str, info: QueueInfo, received_age_s: float | None) -> None:
+    def _record_dead_letters(
+        self, dead_letter_queue: str, sources: list[str], info: QueueInfo
+    ) -> None:
+        count = info.approximate_visible + info.approximate_in_flight + info.approximate_delayed
+        for queue in sources:
+            self._metrics.dead_letter_messages.labels(queue, dead_letter_queue).set(count)
+
+    def _record(self, queue: str, info: QueueInfo) -> None:
+        received_age_s = self._oldest_received_age_s(queue)
         depth = self._metrics.queue_messages
         depth.labels(queue, "visible").set(info.approximate_visible)
         depth.labels(queue, "in_flight").set(info.approximate_in_flight)
