@@ -11,6 +11,8 @@ strict; what a request must be is checked by `backends.memory.rules`):
   (`AWS.SimpleQueueService.QueueDeletedRecently`); a queue can be purged once per 60 s
   (`AWS.SimpleQueueService.PurgeQueueInProgress`).
 - A redrive policy names an existing queue of the same kind.
+- A queue's MaximumMessageSize (`max_message_bytes`) is 1,024 bytes up to the dialect's
+  largest (SQS: 1 MiB, its default); a send entry larger than it is refused.
 - Attributes can be changed on an existing queue (`set_queue_attributes`), checked as at
   creation, and a queue cannot become its own DLQ. A new visibility timeout or delay applies
   to later receives and sends; a new retention period to every stored message at once
@@ -89,11 +91,15 @@ class QueueCatalog:
         """Names of the queues, sorted; only those starting with `prefix` if given."""
         return sorted(name for name in self._queues if name.startswith(prefix))
 
-    def create_queue(self, spec: QueueSpec) -> str:
-        """Create the queue `spec` describes and return its URL. Idempotent."""
+    def create_queue(self, spec: QueueSpec, *, max_message_bytes: int | None = None) -> str:
+        """Create the queue `spec` describes and return its URL. Idempotent.
+
+        `max_message_bytes` is SQS's MaximumMessageSize (None: the dialect's largest)."""
         name = spec.name
         check_queue_name(name)
-        config = QueueConfig.of(spec, QUEUE_URL_PREFIX + name)
+        if max_message_bytes is None:
+            max_message_bytes = self.dialect.max_message_bytes
+        config = QueueConfig.of(spec, QUEUE_URL_PREFIX + name, max_message_bytes=max_message_bytes)
         self._check_new_queue(config)
         existing = self._queues.get(name)
         if existing is not None:
@@ -128,6 +134,7 @@ class QueueCatalog:
         retention_s: int | None = None,
         redrive: RedrivePolicy | Unchanged | None = UNCHANGED,
         content_based_deduplication: bool | None = None,
+        max_message_bytes: int | None = None,
     ) -> None:
         """Change attributes of an existing queue; None (or UNCHANGED) keeps one as it is."""
         op = "SetQueueAttributes"
@@ -142,6 +149,7 @@ class QueueCatalog:
             content_based_deduplication=_given(
                 content_based_deduplication, old.content_based_deduplication
             ),
+            max_message_bytes=_given(max_message_bytes, old.max_message_bytes),
         )
         check_attributes(config, self.dialect, op)
         if config.redrive is not None:

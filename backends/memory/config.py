@@ -19,9 +19,11 @@ class QueueConfig:
     retention_s: int
     redrive: RedrivePolicy | None
     content_based_deduplication: bool
+    #: SQS's MaximumMessageSize: the largest body plus attributes a send may carry.
+    max_message_bytes: int
 
     @classmethod
-    def of(cls, spec: QueueSpec, url: str) -> QueueConfig:
+    def of(cls, spec: QueueSpec, url: str, *, max_message_bytes: int) -> QueueConfig:
         return cls(
             name=spec.name,
             url=url,
@@ -31,4 +33,5 @@ class QueueConfig:
             retention_s=spec.retention_s,
             redrive=spec.redrive,
             content_based_deduplication=spec.content_based_deduplication,
+            max_message_bytes=max_message_bytes,
         )

@@ -157,6 +157,12 @@ class MemoryEngine(QueueCatalog):
             state.deduplication.remember(dedup_id, message.message_id, now)
         return message.message_id
 
+    def send_problem(self, queue: str, message: OutgoingMessage) -> tuple[str, str] | None:
+        """Why SQS would refuse `message` sent alone (SendMessage): (code, reason), or None.
+        `send` judges a batch whole first (BatchRequestTooLong), as SendMessageBatch does."""
+        state = self._queue(queue, "SendMessage")
+        return rules.send_problem(state.config, message, self.dialect)
+
     def check_batch(self, operation: str, queue: str, entry_ids: Sequence[str]) -> None:
         """The whole-call checks of a batch (count, ids), as `send` and the others make them;
         for a front end that refuses some entries itself before calling the engine."""

@@ -18,8 +18,11 @@ Messages
 - FIFO: MessageGroupId is required (`MissingParameter`), a per-message delay is refused, a
   deduplication id (explicit, or by ContentBasedDeduplication) is required. Standard queues
   refuse a deduplication id.
-- A body is 1 or more characters SQS accepts (`InvalidMessageContents` otherwise); a batch
-  of more than 1 MiB in all fails whole (`BatchRequestTooLong`).
+- A body is 1 or more characters SQS accepts (`InvalidMessageContents` otherwise). A message
+  (body and attributes) larger than its queue's MaximumMessageSize is refused
+  (`InvalidParameterValue`, "Message must be shorter than N bytes", as SQS words it); a batch
+  whose total passes the dialect's largest fails whole (`BatchRequestTooLong`), but a single
+  SendMessage is judged as one entry (`MemoryEngine.send_problem`), as SQS judges it.
 
 Batches
 - Send, change-visibility and delete take 1-10 entries with distinct, valid ids, else the
@@ -82,6 +85,7 @@ def check_attributes(config: QueueConfig, dialect: Dialect, operation: str = "Cr
         ("VisibilityTimeout", config.visibility_timeout_s, 0, dialect.max_visibility_s),
         ("DelaySeconds", config.delay_s, 0, dialect.max_delay_s),
         ("MessageRetentionPeriod", config.retention_s, 60, 1_209_600),
+        ("MaximumMessageSize", config.max_message_bytes, 1_024, dialect.max_message_bytes),
     ]
     if config.redrive is not None:
         ranges.append(("maxReceiveCount", config.redrive.max_receive_count, 1, 1_000))
@@ -151,6 +155,12 @@ def send_problem(
         return "MissingParameter", "MessageBody is required"
     if not is_message_text(message.body):
         return "InvalidMessageContents", "the body holds characters SQS does not accept"
+    if _size(message) > config.max_message_bytes:
+        return (
+            "InvalidParameterValue",
+            "One or more parameters are invalid. Reason: Message must be shorter than "
+            f"{config.max_message_bytes} bytes.",
+        )
     if message.delay_s is not None and not 0 <= message.delay_s <= dialect.max_delay_s:
         return "InvalidParameterValue", f"DelaySeconds={message.delay_s}"
     for value in (message.group_id, message.deduplication_id):

@@ -1,26 +1,31 @@
-"""Errors in SQS's JSON protocol: a whole call refused (`SqsError`) and one batch entry.
+"""Errors of SQS's protocols: a whole call refused (`SqsError`) and one batch entry.
 
-Part of SQS's JSON protocol (`backends.serve.sqs.protocol`); the rule kept:
+The rules kept:
 
 - Errors keep the engine's codes (`worker.errors` carry SQS's legacy spelling, e.g.
-  `AWS.SimpleQueueService.NonExistentQueue`). `render_error` gives SQS's JSON error:
-  `{"__type": "com.amazonaws.sqs#<Shape>", "message": ...}`, the
-  `x-amzn-query-error: <legacy code>;Sender|Receiver` header from which SDKs take the legacy
-  code, and the status SQS's model gives the shape (400; 403 for OverLimit and
-  PurgeQueueInProgress; 404 for ReceiptHandleIsInvalid and InvalidAddress; 500 for faults of
-  this server).
+  `AWS.SimpleQueueService.NonExistentQueue`). `error_parts` gives the shape name of SQS's
+  JSON model, the legacy (query protocol) code and the HTTP status SQS's API reference gives
+  (400; 403 for OverLimit, PurgeQueueInProgress, InvalidSecurity and RequestThrottled; 404
+  for ReceiptHandleIsInvalid, InvalidAddress and ResourceNotFoundException; 500 for faults of
+  this server). The JSON protocol answers `{"__type": "com.amazonaws.sqs#<Shape>",
+  "message": ...}` with `x-amzn-query-error: <legacy code>;Sender|Receiver` (from which SDKs
+  take the legacy code); the query protocol an `ErrorResponse` with the legacy code.
+- An unknown operation is `UnknownOperationException` over JSON and `InvalidAction` over
+  query, as AWS answers them. Requests refused before they are read are 413
+  (`RequestEntityTooLarge`) and 408 (`RequestTimeout`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from worker.errors import BackendError, FatalBackendError, OverLimit
 from worker.rules import bare_code, legacy_code
 from worker.types import EntryFailure
 
-__all__ = ["SqsError", "entry_failure_to_wire", "render_error"]
+__all__ = ["ErrorParts", "SqsError", "entry_failure_to_wire", "error_parts", "render_error"]
 
 #: Legacy code without prefix -> (shape of SQS's model, legacy code, HTTP status).
 _ERRORS: Mapping[str, tuple[str, str, int]] = {
@@ -47,6 +52,14 @@ _ERRORS: Mapping[str, tuple[str, str, int]] = {
     ),
     "UnsupportedOperation": ("UnsupportedOperation", legacy_code("UnsupportedOperation"), 400),
     "InvalidAddress": ("InvalidAddress", "InvalidAddress", 404),
+    "InvalidSecurity": ("InvalidSecurity", legacy_code("InvalidSecurity"), 403),
+    "RequestThrottled": ("RequestThrottled", "RequestThrottled", 403),
+    "ResourceNotFoundException": ("ResourceNotFoundException", "ResourceNotFoundException", 404),
+    "UnknownOperationException": ("UnknownOperationException", "InvalidAction", 400),
+    "InvalidAction": ("UnknownOperationException", "InvalidAction", 400),
+    "MissingAction": ("MissingAction", "MissingAction", 400),
+    "RequestEntityTooLarge": ("RequestEntityTooLarge", "RequestEntityTooLarge", 413),
+    "RequestTimeout": ("RequestTimeout", "RequestTimeout", 408),
     "InternalError": ("InternalError", "InternalError", 500),
 }
 
@@ -66,17 +79,34 @@ class SqsError(Exception):
         return cls(error.code or "InternalError", str(error), sender_fault=sender)
 
 
-def render_error(error: SqsError) -> tuple[int, str, dict[str, str]]:
-    """(HTTP status, `x-amzn-query-error` header, JSON body) for `error`."""
+@dataclass(frozen=True, slots=True)
+class ErrorParts:
+    """One error as the protocols spell it."""
+
+    #: The shape of SQS's JSON model (`QueueDoesNotExist`).
+    shape: str
+    #: The query protocol's code (`AWS.SimpleQueueService.NonExistentQueue`).
+    legacy: str
+    status: int
+    #: `Sender` (the client's fault) or `Receiver`.
+    fault: str
+
+
+def error_parts(error: SqsError) -> ErrorParts:
     bare = bare_code(error.code)
     shape, legacy, status = _ERRORS.get(
         bare, (bare, error.code, 400 if error.sender_fault else 500)
     )
-    fault = "Sender" if status < 500 else "Receiver"
+    return ErrorParts(shape, legacy, status, "Sender" if status < 500 else "Receiver")
+
+
+def render_error(error: SqsError) -> tuple[int, str, dict[str, str]]:
+    """(HTTP status, `x-amzn-query-error` header, JSON body) for `error`."""
+    parts = error_parts(error)
     return (
-        status,
-        f"{legacy};{fault}",
-        {"__type": f"com.amazonaws.sqs#{shape}", "message": error.message},
+        parts.status,
+        f"{parts.legacy};{parts.fault}",
+        {"__type": f"com.amazonaws.sqs#{parts.shape}", "message": error.message},
     )
 
 

@@ -3,8 +3,9 @@
 Part of SQS's JSON protocol (`backends.serve.sqs.protocol`); the rules kept:
 
 - Queue attributes the engine does not model (`ReceiveMessageWaitTimeSeconds`, which sets
-  the default long poll, `MaximumMessageSize`, `Policy`, KMS and SSE settings) are kept as
-  strings and reported back; unknown attribute names are `InvalidAttributeName`.
+  the default long poll, `Policy`, KMS and SSE settings) are kept as strings and reported
+  back; unknown attribute names are `InvalidAttributeName`. `MaximumMessageSize` is the
+  engine's (it refuses larger sends).
 - CreateQueue on an existing queue compares only the attributes given (as SQS does).
 """
 
@@ -47,19 +48,18 @@ QUEUE_ATTRIBUTE_NAMES = frozenset(
 _MODELLED = frozenset(
     {
         "VisibilityTimeout", "DelaySeconds", "MessageRetentionPeriod", "RedrivePolicy",
-        "FifoQueue", "ContentBasedDeduplication",
+        "FifoQueue", "ContentBasedDeduplication", "MaximumMessageSize",
     }
 )  # fmt: skip
 _KEPT = frozenset(
     {
-        "Policy", "MaximumMessageSize", "ReceiveMessageWaitTimeSeconds", "KmsMasterKeyId",
+        "Policy", "ReceiveMessageWaitTimeSeconds", "KmsMasterKeyId",
         "KmsDataKeyReusePeriodSeconds", "DeduplicationScope", "FifoThroughputLimit",
         "RedriveAllowPolicy", "SqsManagedSseEnabled",
     }
 )  # fmt: skip
 _KEPT_RANGES = {
     "ReceiveMessageWaitTimeSeconds": (0, SQS_DIALECT.max_wait_s),
-    "MaximumMessageSize": (1024, SQS_DIALECT.max_message_bytes),
 }
 
 
@@ -74,6 +74,7 @@ class QueueSettings:
     redrive: Redrive | Unchanged | None = UNCHANGED
     fifo: bool | None = None
     content_based_deduplication: bool | None = None
+    max_message_bytes: int | None = None
     #: Attributes kept but not modelled, as given.
     kept: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
@@ -97,6 +98,7 @@ def queue_settings(attributes: Mapping[str, Any]) -> QueueSettings:
         redrive=redrive,
         fifo=_optional_bool(attributes, "FifoQueue"),
         content_based_deduplication=_optional_bool(attributes, "ContentBasedDeduplication"),
+        max_message_bytes=_optional_int(attributes, "MaximumMessageSize"),
         kept=MappingProxyType({k: v for k, v in attributes.items() if k in _KEPT}),
     )
 
@@ -129,6 +131,7 @@ def check_same(current: QueueDescription, settings: QueueSettings, kept: Mapping
             config.redrive if settings.redrive is UNCHANGED else settings.redrive,
             config.redrive,
         ),
+        "MaximumMessageSize": (settings.max_message_bytes, config.max_message_bytes),
     }
     given.update({k: (v, kept.get(k)) for k, v in settings.kept.items()})
     for attribute, (wanted, actual) in given.items():
@@ -183,7 +186,6 @@ def queue_attributes_to_wire(
     description: QueueDescription,
     kept: Mapping[str, str],
     arn: Callable[[str], str],
-    max_message_bytes: int,
 ) -> dict[str, str]:
     """Every attribute GetQueueAttributes(All) reports for this queue."""
     config, counts = description.config, description.counts
@@ -195,7 +197,7 @@ def queue_attributes_to_wire(
         "CreatedTimestamp": str(description.created_timestamp),
         "LastModifiedTimestamp": str(description.last_modified_timestamp),
         "VisibilityTimeout": str(config.visibility_timeout_s),
-        "MaximumMessageSize": str(max_message_bytes),
+        "MaximumMessageSize": str(config.max_message_bytes),
         "MessageRetentionPeriod": str(config.retention_s),
         "DelaySeconds": str(config.delay_s),
         "ReceiveMessageWaitTimeSeconds": "0",

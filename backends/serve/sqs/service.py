@@ -74,7 +74,7 @@ class SqsService:
         """Run `operation`; `base_url` (`http://host:port`) prefixes the queue URLs."""
         handler = self._operations.get(operation)
         if handler is None:
-            raise SqsError("UnsupportedOperation", f"{operation} is not supported here.")
+            raise SqsError("UnknownOperationException", f"{operation} is not an SQS operation.")
         self.requests[operation] += 1
         try:
             return await handler(params, base_url)
@@ -106,7 +106,8 @@ class SqsService:
         try:
             current = self._engine.describe_queue(name)
         except QueueNotFound:
-            await self._backend.create_queue(wire_queues.queue_spec(name, settings))
+            spec = wire_queues.queue_spec(name, settings)
+            self._engine.create_queue(spec, max_message_bytes=settings.max_message_bytes)
             self._kept[name] = settings.kept
         else:
             wire_queues.check_same(current, settings, self._kept.get(current.config.name, {}))
@@ -127,10 +128,7 @@ class SqsService:
         if not names:
             return {}
         every = wire_queues.queue_attributes_to_wire(
-            description,
-            self._kept.get(name, {}),
-            self.arn,
-            self._engine.dialect.max_message_bytes,
+            description, self._kept.get(name, {}), self.arn
         )
         if "All" not in names:
             every = {k: v for k, v in every.items() if k in names}
@@ -148,6 +146,7 @@ class SqsService:
             retention_s=settings.retention_s,
             redrive=settings.redrive,
             content_based_deduplication=settings.content_based_deduplication,
+            max_message_bytes=settings.max_message_bytes,
         )
         self._kept[name] = {**self._kept.get(name, {}), **settings.kept}
         return None
@@ -184,6 +183,9 @@ class SqsService:
         name = self._queue(params)
         message = wire_messages.outgoing_message(params)
         system_md5 = wire_messages.system_attributes_md5(params)
+        problem = self._engine.send_problem(name, message)
+        if problem is not None:
+            raise SqsError(*problem)
         result = await self._backend.send(name, [message])
         if result.failed:
             failure = result.failed[0]

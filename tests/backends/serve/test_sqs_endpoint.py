@@ -31,6 +31,7 @@ from botocore.exceptions import ClientError
 from backends.memory import MemoryBackend
 from backends.serve.sqs.endpoint import (
     SqsEndpoint,
+    _Bounds,
     _Handler,
     serve_sqs,
     sqs_endpoint_in_thread,
@@ -506,17 +507,6 @@ def test_redrive_through_the_wire(sqs: Any) -> None:
     assert "RedrivePolicy" not in stored
 
 
-def test_unsupported_operation(sqs: Any) -> None:
-    url = sqs.create_queue(QueueName="q")["QueueUrl"]
-    with pytest.raises(sqs.exceptions.UnsupportedOperation) as caught:
-        sqs.tag_queue(QueueUrl=url, Tags={"k": "v"})
-    assert error_of(caught) == (
-        "AWS.SimpleQueueService.UnsupportedOperation",
-        "UnsupportedOperation",
-        400,
-    )
-
-
 # -- the wire itself ------------------------------------------------------------------------
 
 
@@ -543,10 +533,9 @@ def post(url: str, target: str | None, body: bytes) -> tuple[int, dict[str, str]
          "InvalidAddress;Sender"),
         ("ListQueues", b"[]", 400, "SerializationException", "SerializationException;Sender"),
         ("ListQueues", b"{nope", 400, "SerializationException", "SerializationException;Sender"),
-        ("AddPermission", b"{}", 400, "UnsupportedOperation",
-         "AWS.SimpleQueueService.UnsupportedOperation;Sender"),
-        (None, b"Action=ListQueues", 400, "UnsupportedOperation",
-         "AWS.SimpleQueueService.UnsupportedOperation;Sender"),
+        ("DescribeQueue", b"{}", 400, "UnknownOperationException", "InvalidAction;Sender"),
+        ("ListQueues", b"[" * 100_000, 400, "SerializationException",
+         "SerializationException;Sender"),
     ],
 )  # fmt: skip
 def test_error_shapes_on_the_wire(
@@ -678,14 +667,15 @@ class _Body:
     def __init__(self, raw: bytes) -> None:
         self._raw = raw
 
-    async def read(self) -> bytes:
-        return self._raw
+    async def read(self, n: int = -1) -> bytes:
+        taken, self._raw = (self._raw, b"") if n < 0 else (self._raw[:n], self._raw[n:])
+        return taken
 
 
 @pytest.mark.asyncio
 async def test_bound_to_a_wildcard_address_queue_urls_follow_the_request_host() -> None:
     backend = MemoryBackend()
-    handler = _Handler(SqsService(backend), None)  # what serve_sqs builds for 0.0.0.0
+    handler = _Handler(SqsService(backend), None, _Bounds())  # what serve_sqs builds for 0.0.0.0
     headers = {"Host": "sqs.internal:9324", "X-Amz-Target": "AmazonSQS.CreateQueue"}
     body: Any = _Body(b'{"QueueName": "q"}')
     request = make_mocked_request("POST", "/", headers=headers, payload=body)
