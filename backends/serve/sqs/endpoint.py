@@ -229,6 +229,9 @@ async def serve_sqs(
         _Handler(service, None if wildcard else url, _Bounds(max_request_bytes, body_timeout_s)),
         handler_cancellation=True,
         access_log=None,
+        # A body left unread (refused: too large, too slow) is not drained after the
+        # answer, which aiohttp does by default for 10 s: the connection closes instead.
+        lingering_time=0,
     )
     runner = web.ServerRunner(server, shutdown_timeout=1.0)
     try:
