@@ -112,7 +112,7 @@ def read_answer(sock: socket.socket) -> tuple[int, bytes]:
     return int(lines[0].split()[1]), body
 
 
-def json_head(target: bytes, length: int | None, *, chunked: bool = False) -> bytes:
+def json_head(target: bytes, length: int, *, chunked: bool = False) -> bytes:
     lines = [
         b"POST / HTTP/1.1",
         b"Host: 127.0.0.1",
