@@ -1,0 +1,48 @@
+"""The Grafana dashboard is generated from Python, and the committed JSON is its output."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from worker.ops.dashboard import PANELS, render
+
+COMMITTED = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "lease-worker.json"
+
+
+def test_the_committed_dashboard_is_current() -> None:
+    assert COMMITTED.read_text() == render(), (
+        "deploy/grafana/lease-worker.json is stale: run "
+        "python -m worker.ops.dashboard --out deploy/grafana/lease-worker.json"
+    )
+
+
+def test_panels_follow_the_queue_variable_and_the_rate_interval() -> None:
+    board = json.loads(render())
+    assert [panel["title"] for panel in board["panels"]] == [panel.title for panel in PANELS]
+    assert [v["name"] for v in board["templating"]["list"]] == ["datasource", "queue"]
+    for panel in board["panels"]:
+        assert panel["type"] == "timeseries" and panel["description"]
+        assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+        for target in panel["targets"]:
+            expr = target["expr"]
+            assert "rate(" not in expr or "[$__rate_interval]" in expr, expr
+            if "queue" in expr and "instance" not in expr and "settle" not in expr:
+                assert 'queue=~"$queue"' in expr, expr
+
+
+def test_every_panel_named_in_the_issue_is_there() -> None:
+    titles = {panel.title for panel in PANELS}
+    for wanted in (
+        "Throughput",
+        "Outcomes",
+        "Handler duration",
+        "In flight vs the queue's quota",
+        "Lease renewals and losses",
+        "Time to the nearest deadline",
+        "Event loop lag",
+        "Queue depth",
+        "Oldest message age",
+        "Dead-letter queue depth",
+    ):
+        assert wanted in titles

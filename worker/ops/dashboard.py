@@ -1,0 +1,271 @@
+"""The Grafana dashboard, as code: `python -m worker.ops.dashboard > lease-worker.json`.
+
+Every panel's PromQL is in `PANELS` (a plain table: the tests run each query against a real
+Prometheus scraping a worker, so no panel names a metric the worker does not export).
+Built with grafana-foundation-sdk (`pip install 'lease-worker[dashboard]'`), Grafana's own
+typed builders: grafanalib, the older choice, writes schemaVersion 12 dashboards (Grafana
+migrates them on every load) and has no type information; the SDK writes a current schema
+and checks under mypy --strict.
+
+`deploy/grafana/lease-worker.json` is this module's output, and a test fails when it is not
+current: regenerate with `python -m worker.ops.dashboard --out deploy/grafana/lease-worker.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from grafana_foundation_sdk.builders import common, dashboard, prometheus, timeseries
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models.common import GraphDrawStyle, StackingMode, VisibilityMode
+from grafana_foundation_sdk.models.dashboard import (
+    DashboardCursorSync,
+    DataSourceRef,
+    GridPos,
+    VariableHide,
+    VariableOption,
+    VariableRefresh,
+    VariableSort,
+)
+
+__all__ = ["PANELS", "Panel", "build", "render"]
+
+_Q = 'queue=~"$queue"'
+_RATE = "[$__rate_interval]"
+
+
+@dataclass(frozen=True, slots=True)
+class Panel:
+    title: str
+    unit: str
+    #: (legend, PromQL) per series.
+    queries: tuple[tuple[str, str], ...]
+    description: str
+    stacked: bool = False
+
+
+def _rate(metric: str, by: str = "queue") -> str:
+    return f"sum by ({by}) (rate({metric}{{{_Q}}}{_RATE}))"
+
+
+def _max(metric: str, by: str) -> str:
+    return f"max by ({by}) ({metric}{{{_Q}}})"
+
+
+def _quantiles(metric: str, by: str) -> tuple[tuple[str, str], ...]:
+    return tuple(
+        (
+            f"p{q} {{{{{by}}}}}",
+            f"histogram_quantile(0.{q}, sum by (le, {by}) (rate({metric}_bucket{{{_Q}}}{_RATE})))",
+        )
+        for q in ("50", "90", "99")
+    )
+
+
+PANELS: tuple[Panel, ...] = (
+    Panel(
+        "Throughput",
+        "ops",
+        (
+            ("received {{queue}}", _rate("lease_worker_messages_received_total")),
+            ("handled {{queue}}", _rate("lease_worker_messages_handled_total")),
+        ),
+        "Messages received and handled per second, all workers.",
+    ),
+    Panel(
+        "Outcomes",
+        "ops",
+        (("{{outcome}}", _rate("lease_worker_messages_handled_total", "outcome")),),
+        "Handler outcomes per second: succeeded, retry, failed, discarded, timed_out, "
+        "lease_lost, shutdown, skipped, duplicate.",
+        stacked=True,
+    ),
+    Panel(
+        "Handler duration",
+        "s",
+        _quantiles("lease_worker_handler_duration_seconds", "queue"),
+        "Handler run time percentiles.",
+    ),
+    Panel(
+        "In flight vs the queue's quota",
+        "percentunit",
+        (
+            (
+                "held by workers {{queue}}",
+                f"sum by (queue) (lease_worker_messages_in_flight{{{_Q}}}) / max by (queue) "
+                f"(lease_worker_queue_in_flight_quota{{{_Q}}})",
+            ),
+            (
+                "in flight at the service {{queue}}",
+                f'max by (queue) (lease_worker_queue_messages{{{_Q}, state="in_flight"}}) / '
+                f"max by (queue) (lease_worker_queue_in_flight_quota{{{_Q}}})",
+            ),
+        ),
+        "Messages in flight as a share of the service's in-flight limit (SQS: 120,000 per "
+        "queue); at the limit receives return fewer messages or fail with OverLimit.",
+    ),
+    Panel(
+        "Lease renewals and losses",
+        "ops",
+        (
+            ("renewed {{queue}}", _rate("lease_worker_lease_renewals_total")),
+            ("calls {{queue}}", _rate("lease_worker_lease_renewal_calls_total")),
+            # Failures are labelled by code, so no series exists before the first: "or"
+            # shows 0 until then.
+            (
+                "failed {{queue}}",
+                f"{_rate('lease_worker_lease_renewal_failures_total')} or "
+                f"0 * {_rate('lease_worker_lease_renewals_total')}",
+            ),
+            ("lost {{queue}}", _rate("lease_worker_leases_lost_total")),
+        ),
+        "Leases extended, the batch calls that extended them (up to 10 leases a call on "
+        "SQS), failed extensions, and leases lost (the handler was cancelled).",
+    ),
+    Panel(
+        "Time to the nearest deadline",
+        "s",
+        (
+            (
+                "nearest {{queue}}",
+                f"min by (queue) (lease_worker_lease_nearest_deadline_seconds{{{_Q}}})",
+            ),
+            *_quantiles("lease_worker_lease_time_to_deadline_seconds", "queue")[:1],
+        ),
+        "Seconds left on the lease closest to its deadline, and the time left when leases "
+        "were renewed (p50). Near 0: renewals come late.",
+    ),
+    Panel(
+        "Event loop lag",
+        "s",
+        (("{{instance}}", "max by (instance) (lease_worker_event_loop_lag_seconds)"),),
+        "How late each worker's event loop wakes up; a blocked loop renews no lease.",
+    ),
+    Panel(
+        "Queue depth",
+        "short",
+        (("{{queue}} {{state}}", _max("lease_worker_queue_messages", "queue, state")),),
+        "The service's approximate counts: visible, in flight, delayed.",
+        stacked=True,
+    ),
+    Panel(
+        "Oldest message age",
+        "s",
+        (("{{queue}}", _max("lease_worker_queue_oldest_message_age_seconds", "queue")),),
+        "Age of the oldest message (on SQS: of the oldest received since the last sample).",
+    ),
+    Panel(
+        "Dead-letter queue depth",
+        "short",
+        (
+            (
+                "{{dead_letter_queue}}",
+                _max("lease_worker_dead_letter_queue_messages", "queue, dead_letter_queue"),
+            ),
+        ),
+        "Messages in each handler queue's dead-letter queue.",
+    ),
+    Panel(
+        "Queue service latency",
+        "s",
+        _quantiles("lease_worker_api_call_duration_seconds", "operation")[2:],
+        "p99 of calls to the queue service by operation (receive includes its long poll).",
+    ),
+    Panel(
+        "Receives, settle backlog, abandoned threads",
+        "short",
+        (
+            ("empty receives/s {{queue}}", _rate("lease_worker_empty_receives_total")),
+            ("receive calls/s {{queue}}", _rate("lease_worker_receive_calls_total")),
+            ("settle backlog", "sum(lease_worker_settle_backlog)"),
+            ("abandoned threads", "sum(lease_worker_abandoned_handler_threads)"),
+        ),
+        "Receive calls and how many answered nothing, deletes and releases waiting to be "
+        "sent, and threads of synchronous handlers that were given up on.",
+    ),
+)
+
+_DATASOURCE = DataSourceRef(type_val="prometheus", uid="${datasource}")
+
+
+def _panel(spec: Panel, index: int) -> timeseries.Panel:
+    panel = (
+        timeseries.Panel()
+        .id(index + 1)
+        .title(spec.title)
+        .description(spec.description)
+        .unit(spec.unit)
+        .datasource(_DATASOURCE)
+        .draw_style(GraphDrawStyle.LINE)
+        .fill_opacity(20 if spec.stacked else 5)
+        .show_points(VisibilityMode.NEVER)
+        .grid_pos(GridPos(h=8, w=12, x=12 * (index % 2), y=8 * (index // 2)))
+    )
+    if spec.stacked:
+        panel = panel.stacking(common.StackingConfig().mode(StackingMode.NORMAL))
+    for number, (legend, expr) in enumerate(spec.queries):
+        query = (
+            prometheus.Dataquery()
+            .expr(expr)
+            .legend_format(legend)
+            .ref_id(chr(ord("A") + number))
+            .datasource(_DATASOURCE)
+        )
+        panel = panel.with_target(query)
+    return panel
+
+
+def build() -> dashboard.Dashboard:
+    datasource = dashboard.DatasourceVariable("datasource").label("Prometheus").type("prometheus")
+    queue = (
+        dashboard.QueryVariable("queue")
+        .label("Queue")
+        .datasource(_DATASOURCE)
+        .query("label_values(lease_worker_messages_received_total, queue)")
+        .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(VariableSort.ALPHABETICAL_ASC)
+        .multi(True)
+        .include_all(True)
+        .all_value(".*")
+        .current(VariableOption(selected=True, text="All", value="$__all"))
+        .hide(VariableHide.DONT_HIDE)
+    )
+    board = (
+        dashboard.Dashboard("lease-worker")
+        .uid("lease-worker")
+        .description("Leases, throughput, outcomes and queues of lease-worker workers.")
+        .tags(["lease-worker", "sqs"])
+        .refresh("30s")
+        .time("now-1h", "now")
+        .timezone("browser")
+        .tooltip(DashboardCursorSync.CROSSHAIR)
+        .with_variable(datasource)
+        .with_variable(queue)
+    )
+    for index, spec in enumerate(PANELS):
+        board = board.with_panel(_panel(spec, index))
+    return board
+
+
+def render() -> str:
+    return JSONEncoder(sort_keys=True, indent=2).encode(build().build()) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m worker.ops.dashboard", description=__doc__)
+    parser.add_argument("--out", help="write the JSON here (default: standard output)")
+    args = parser.parse_args(argv)
+    text = render()
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as out:
+            out.write(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
