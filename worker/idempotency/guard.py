@@ -15,7 +15,8 @@ What the guard does with each message (the innermost middleware, next to the han
   a failure that goes through the handler's error policy;
 - claimed by a live lease elsewhere: `Retry`, after that lease's heartbeat would have run
   out; claimed but stale: taken over (a conditional write on the old claim's token);
-- the store cannot be asked: `Retry` after `retry_after_s`; nothing runs unguarded;
+- the store cannot be asked: `Retry` after `retry_after_s`, or after as long as it has been
+  down so far (doubling the wait, up to 5 minutes); nothing runs unguarded;
 - after the handler: success writes the completion (with the result, if cached); an error
   removes the claim, so that a retry can run; a cancellation (lost lease, cap, shutdown)
   never completes it: a lost or capped lease's claim is let go (stale at once), a shut-down
@@ -41,7 +42,6 @@ from worker.clock import Clock, LoopClock
 from worker.config import LeaseConfig
 from worker.core.settlement import Outcome
 from worker.errors import Duplicate, LeaseWorkerError, RegistrationError, Retry
-from worker.idempotency.calls import store_call
 from worker.idempotency.heartbeat import Heartbeat
 from worker.idempotency.metrics import IdempotencyMetrics
 from worker.idempotency.record import Record, RecordState, Verdict, body_hash, judge
@@ -57,6 +57,8 @@ __all__ = ["Idempotency", "IdempotencyGuard", "PayloadMismatch"]
 KeyFunc = Callable[[Message], str]
 OnDuplicate = Callable[[Message, Any], Awaitable[None]]
 
+#: The longest a message waits for the store to come back, per delivery.
+MAX_RETRY_AFTER_S = 300.0
 #: A day: how long a completion is remembered unless the guard says otherwise.
 DEFAULT_COMPLETED_TTL_S = 86_400.0
 
@@ -160,7 +162,14 @@ class Idempotency:
         return self._clock.now() + self._clock.wall_offset_s()
 
     async def call(self, operation: str, make: Callable[[], Awaitable[Any]]) -> Any:
-        return await store_call(self.metrics, operation, self.store_timeout_s, make)
+        return await self.heartbeat.call(operation, make)
+
+    def unavailable(self, reason: str) -> Retry:
+        """The message comes back after `retry_after_s`, or as long as the store has been
+        down so far (at most `MAX_RETRY_AFTER_S`): a long outage does not spend the
+        message's receives (toward its DLQ) every few seconds."""
+        after = min(MAX_RETRY_AFTER_S, max(self.retry_after_s, self.heartbeat.down_for_s()))
+        return Retry(math.ceil(after), f"idempotency store unavailable ({reason})")
 
     def _heartbeat(self, lease: LeaseConfig) -> Heartbeat:
         return Heartbeat(
@@ -235,7 +244,7 @@ class IdempotencyGuard:
     async def _claim(self, message: Message, key: str) -> Record:
         idem, lease = self._idem, message.lease
         if not idem.heartbeat.live(for_s=idem.heartbeat.margin_s / 2):
-            raise Retry(idem.retry_after_s, "idempotency store unavailable (no heartbeat)")
+            raise idem.unavailable("no heartbeat")
         wall = idem.wall()
         stale_at = wall + lease.cap_left_s(idem._clock.now())
         claim = Record(
@@ -261,7 +270,7 @@ class IdempotencyGuard:
             self._idem._log.warning(
                 "idempotency.claim_failed", operation=error.operation, reason=error.reason
             )
-            raise Retry(idem.retry_after_s, "idempotency store unavailable") from None
+            raise idem.unavailable(error.operation) from None
         raise Retry(1.0, "idempotency key contended")
 
     async def _settle_conflict(

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import anyio
 import structlog
@@ -57,8 +58,11 @@ class Heartbeat:
         self._timeout_s = timeout_s
         #: Wall time until which the store holds our beat (as of its last confirmed write).
         self.confirmed_until = -math.inf
-        #: Rounds run and the store calls each made: to measure the cost per round.
+        #: The store calls of each round that made any (the first beat, made at start-up,
+        #: and the last, at the stop, are not rounds): to measure the cost per round.
         self.calls_per_round: list[int] = []
+        #: Wall time of the store's last answer to any call.
+        self.last_ok: float | None = None
         self._pending: dict[str, tuple[str, Write]] = {}
         self._wake = anyio.Event()
         self._log = structlog.get_logger("lease_worker.idempotency")
@@ -84,7 +88,7 @@ class Heartbeat:
         """Write our beat now; True if the store took it."""
         until = self.wall() + self.ttl_s
         try:
-            await self._call("beat", lambda: self._store.beat(self.owner, until=until))
+            await self.call("beat", lambda: self._store.beat(self.owner, until=until))
         except StoreError as error:
             self._log.warning("idempotency.heartbeat_failed", reason=error.reason)
             return False
@@ -92,11 +96,14 @@ class Heartbeat:
         return True
 
     async def run(self) -> None:
+        failures = 0
         try:
             while True:
                 calls, ok = await self._round()
-                self.calls_per_round.append(calls)
-                with anyio.move_on_after(self._next_wait(ok)):
+                if calls:  # else a wake-up with nothing due
+                    self.calls_per_round.append(calls)
+                failures = 0 if ok else failures + 1
+                with anyio.move_on_after(self._next_wait(failures)):
                     await self._wake.wait()
                 self._wake = anyio.Event()
         finally:
@@ -105,24 +112,29 @@ class Heartbeat:
                 await self._end_beat()
 
     async def _round(self) -> tuple[int, bool]:
-        calls, ok = 0, True
+        calls = 0
         if self.wall() >= self.confirmed_until - self.margin_s:
             calls += 1
-            ok = await self.beat()
+            if not await self.beat():
+                return calls, False  # the store is likely down: the writes can wait
         sent, failed = await self._send_pending()
-        return calls + sent, ok and not failed
+        return calls + sent, not failed
 
-    def _next_wait(self, ok: bool) -> float:
-        if not ok:
-            return self._retry_s
-        return max(0.0, self.confirmed_until - self.margin_s - self.wall())
+    def _next_wait(self, failures: int) -> float:
+        due = max(0.0, self.confirmed_until - self.margin_s - self.wall())
+        if not failures:
+            return due
+        # After a failure: doubling from `retry_s`, so that a store that is down is not
+        # hammered, and at most `margin_s`, so that a lapsed beat comes back soon after it.
+        backoff: float = self._retry_s * 2.0 ** min(failures - 1, 16)
+        return min(backoff, self.margin_s)
 
     async def _send_pending(self) -> tuple[int, int]:
         sent = failed = 0
         for name, (operation, write) in list(self._pending.items()):
             sent += 1
             try:
-                await self._call(operation, write)
+                await self.call(operation, write)
             except StoreError as error:
                 failed += 1
                 self._log.warning(
@@ -137,10 +149,17 @@ class Heartbeat:
         # Our claims go stale at once rather than one TTL from now.
         now = self.wall()
         try:
-            await self._call("beat", lambda: self._store.beat(self.owner, until=now))
+            await self.call("beat", lambda: self._store.beat(self.owner, until=now))
         except StoreError:
             return
         self.confirmed_until = now
 
-    async def _call(self, operation: str, write: Write) -> object:
-        return await store_call(self._metrics(), operation, self._timeout_s, write)
+    async def call(self, operation: str, write: Write) -> Any:
+        """One store call (the guard's too): `last_ok` tells how long the store is down."""
+        answer = await store_call(self._metrics(), operation, self._timeout_s, write)
+        self.last_ok = self.wall()
+        return answer
+
+    def down_for_s(self) -> float:
+        """How long since the store last answered (0 if it never did)."""
+        return 0.0 if self.last_ok is None else max(0.0, self.wall() - self.last_ok)
