@@ -225,3 +225,18 @@ async def test_idempotent_takes_only_a_guard() -> None:
     app = Worker()
     with pytest.raises(RegistrationError, match="idempotent for 'jobs'"):
         app.handler("jobs", idempotent=MemoryStore())  # type: ignore[arg-type]
+
+
+async def test_the_heartbeat_follows_the_settings_the_worker_runs_with() -> None:
+    # The CLI replaces app.config after the app module registered its handlers.
+    idempotency = Idempotency(MemoryStore())
+    app = Worker(WorkerConfig(lease=LEASE))
+
+    @app.handler("jobs", idempotent=idempotency.guard())
+    async def job(message: Message) -> None:
+        pass
+
+    app.config = WorkerConfig(lease=LeaseConfig(visibility_s=6))
+    async with run_worker(app):
+        assert idempotency.heartbeat.ttl_s == 6
+        assert idempotency.heartbeat.margin_s == 2

@@ -105,6 +105,7 @@ class Idempotency:
         self.metrics = IdempotencyMetrics(CollectorRegistry())  # until a worker starts it
         self.heartbeat = self._heartbeat(LeaseConfig())
         self._attached = False
+        self._worker: Worker | None = None
         self._queues: set[str] = set()
         self._log = structlog.get_logger("lease_worker.idempotency")
 
@@ -144,12 +145,14 @@ class Idempotency:
         if self._attached:
             return
         self._attached = True
-        self.heartbeat = self._heartbeat(worker.config.lease)
+        self._worker = worker
         worker.on_startup(self.start)
         worker.background(self.run)
 
     async def start(self, context: WorkerContext) -> None:
         self.metrics = IdempotencyMetrics.on(context.registry)
+        if self._worker is not None:  # its settings as run (the CLI may have replaced them)
+            self.heartbeat = self._heartbeat(self._worker.config.lease)
         for queue in self._queues:
             self.metrics.declare_queue(queue)
         if not await self.heartbeat.beat():  # the heartbeat task retries; claims wait
