@@ -73,9 +73,29 @@ class MemoryBackend:
         return self._engine.queue_info(queue)
 
     async def receive(
-        self, queue: str, *, max_messages: int, wait_s: float, visibility_s: int | None = None
+        self,
+        queue: str,
+        *,
+        max_messages: int,
+        wait_s: float,
+        visibility_s: int | None = None,
     ) -> Sequence[ReceivedMessage]:
         """Long-poll up to `wait_s` (0-20 s) for at most `max_messages` messages."""
+        return await self.receive_attempt(
+            queue, max_messages=max_messages, wait_s=wait_s, visibility_s=visibility_s
+        )
+
+    async def receive_attempt(
+        self,
+        queue: str,
+        *,
+        max_messages: int,
+        wait_s: float,
+        visibility_s: int | None = None,
+        attempt_id: str | None = None,
+    ) -> Sequence[ReceivedMessage]:
+        """`receive`, with a FIFO receive's ReceiveRequestAttemptId (`attempt_id`): a retry
+        gets the same messages (`backends.memory.attempts`)."""
         await self._checkpoint()
         if not 0 <= wait_s <= self.limits.max_wait_s:
             name = self._engine.queue_name(queue)
@@ -93,7 +113,11 @@ class MemoryBackend:
                 # or makes the wait end at once, never waits for a later wakeup.
                 wakeup = self._engine.next_wakeup(queue)
                 got = self._engine.receive(
-                    queue, max_messages, visibility_s=visibility_s, long_poll=wait_s > 0
+                    queue,
+                    max_messages,
+                    visibility_s=visibility_s,
+                    long_poll=wait_s > 0,
+                    attempt_id=attempt_id,
                 )
                 if got or self._clock.now() >= deadline:
                     return got

@@ -13,6 +13,9 @@ strict; what a request must be is checked by `backends.memory.rules`):
 - A redrive policy names an existing queue of the same kind.
 - A queue's MaximumMessageSize (`max_message_bytes`) is 1,024 bytes up to the dialect's
   largest (SQS: 1 MiB, its default); a send entry larger than it is refused.
+- Tags (at creation, `tag_queue`, `untag_queue`) and permissions (`add_permission`,
+  `remove_permission`) are stored per queue as `backends.memory.tags` checks them.
+  `dead_letter_source_queues` names the queues whose redrive policy targets a queue.
 - Attributes can be changed on an existing queue (`set_queue_attributes`), checked as at
   creation, and a queue cannot become its own DLQ. A new visibility timeout or delay applies
   to later receives and sends; a new retention period to every stored message at once
@@ -22,7 +25,7 @@ strict; what a request must be is checked by `backends.memory.rules`):
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Literal, TypeVar
@@ -36,14 +39,24 @@ from backends.memory.rules import (
     check_queue_name,
     fail,
 )
+from backends.memory.tags import Permission, check_permission, check_tags
 from worker import rules
 from worker.clock import Clock
 from worker.errors import QueueNotFound
 from worker.types import QueueInfo, QueueSpec, RedrivePolicy
 
-__all__ = ["QUEUE_URL_PREFIX", "UNCHANGED", "QueueCatalog", "QueueDescription", "Unchanged"]
+__all__ = [
+    "ARN_PREFIX",
+    "QUEUE_URL_PREFIX",
+    "UNCHANGED",
+    "QueueCatalog",
+    "QueueDescription",
+    "Unchanged",
+]
 
 QUEUE_URL_PREFIX = "http://memory.invalid/000000000000/"
+#: The engine's queue ARNs (DeadLetterQueueSourceArn): this prefix and the name.
+ARN_PREFIX = "arn:aws:sqs:us-east-1:000000000000:"
 _RECREATE_AFTER_S = 60.0
 _PURGE_EVERY_S = 60.0
 _T = TypeVar("_T")
@@ -91,8 +104,15 @@ class QueueCatalog:
         """Names of the queues, sorted; only those starting with `prefix` if given."""
         return sorted(name for name in self._queues if name.startswith(prefix))
 
-    def create_queue(self, spec: QueueSpec, *, max_message_bytes: int | None = None) -> str:
-        """Create the queue `spec` describes and return its URL. Idempotent.
+    def create_queue(
+        self,
+        spec: QueueSpec,
+        *,
+        max_message_bytes: int | None = None,
+        tags: Mapping[str, str] | None = None,
+    ) -> str:
+        """Create the queue `spec` describes and return its URL. Idempotent (tags given
+        again are not compared, as on SQS).
 
         `max_message_bytes` is SQS's MaximumMessageSize (None: the dialect's largest)."""
         name = spec.name
@@ -106,7 +126,9 @@ class QueueCatalog:
             if existing.config != config:
                 fail("CreateQueue", name, "QueueAlreadyExists", "other attributes")
             return existing.config.url
+        check_tags(name, "CreateQueue", {}, tags or {})
         self._queues[name] = Queue(config, created_at=self.clock.now())
+        self._queues[name].tags.update(tags or {})
         return config.url
 
     def _check_new_queue(self, config: QueueConfig) -> None:
@@ -194,6 +216,48 @@ class QueueCatalog:
             )
         state.purge(now)
         self._notify(state.config.name)
+
+    # -- tags, permissions, dead-letter sources -------------------------------------------
+
+    def tag_queue(self, queue: str, tags: Mapping[str, str]) -> None:
+        state = self._queue(queue, "TagQueue")
+        check_tags(state.config.name, "TagQueue", state.tags, tags)
+        state.tags.update(tags)
+
+    def untag_queue(self, queue: str, keys: Sequence[str]) -> None:
+        state = self._queue(queue, "UntagQueue")
+        for key in keys:
+            state.tags.pop(key, None)
+
+    def queue_tags(self, queue: str) -> dict[str, str]:
+        return dict(self._queue(queue, "ListQueueTags").tags)
+
+    def add_permission(
+        self, queue: str, label: str, accounts: Sequence[str], actions: Sequence[str]
+    ) -> None:
+        state = self._queue(queue, "AddPermission")
+        permission = check_permission(state.config.name, label, accounts, actions)
+        if label in state.permissions:
+            fail("AddPermission", state.config.name, "InvalidParameterValue", "label exists")
+        state.permissions[label] = permission
+
+    def remove_permission(self, queue: str, label: str) -> None:
+        state = self._queue(queue, "RemovePermission")
+        if state.permissions.pop(label, None) is None:
+            fail("RemovePermission", state.config.name, "InvalidParameterValue", "no such label")
+
+    def permissions(self, queue: str) -> dict[str, Permission]:
+        return dict(self._queue(queue, "GetQueueAttributes").permissions)
+
+    def dead_letter_source_queues(self, queue: str) -> list[str]:
+        """Names of the queues whose redrive policy names `queue` as their DLQ, sorted."""
+        name = self._queue(queue, "ListDeadLetterSourceQueues").config.name
+        return sorted(
+            source
+            for source, state in self._queues.items()
+            if state.config.redrive is not None
+            and self.queue_name(state.config.redrive.dead_letter_queue) == name
+        )
 
     def queue_info(self, queue: str) -> QueueInfo:
         state = self._settled(queue, "GetQueueAttributes")

@@ -35,15 +35,16 @@ from __future__ import annotations
 import hashlib
 import itertools
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from types import MappingProxyType
 
 from backends.memory import rules
+from backends.memory.attempts import ATTEMPT_WINDOW_S
 from backends.memory.catalog import (
+    ARN_PREFIX,
     QUEUE_URL_PREFIX,
     UNCHANGED,
-    QueueCatalog,
     QueueDescription,
     Unchanged,
 )
@@ -51,6 +52,8 @@ from backends.memory.config import QueueConfig
 from backends.memory.dialects import SQS_DIALECT, Dialect
 from backends.memory.handles import EXPIRED, HandleRules, stale_delete_problem
 from backends.memory.message import Message, MessageSnapshot, MessageState, received_message
+from backends.memory.move_tasks import MessageMoves
+from backends.memory.moves import MessageMoveTask, MoveStatus
 from backends.memory.queue import Queue, QueueCounts
 from worker.clock import Clock
 from worker.errors import OverLimit
@@ -72,8 +75,10 @@ __all__ = [
     "Dialect",
     "HandleRules",
     "MemoryEngine",
+    "MessageMoveTask",
     "MessageSnapshot",
     "MessageState",
+    "MoveStatus",
     "QueueConfig",
     "QueueCounts",
     "QueueDescription",
@@ -81,7 +86,7 @@ __all__ = [
 ]
 
 
-class MemoryEngine(QueueCatalog):
+class MemoryEngine(MessageMoves):
     """An SQS model in memory. Synchronous and never sleeps: it reads `clock.now()` per call.
 
     `max_in_flight` is the in-flight quota of each queue (SQS: 120,000); tests set it low.
@@ -107,13 +112,21 @@ class MemoryEngine(QueueCatalog):
         # much cheaper than a uuid4 each at 100,000 messages.
         self._id_prefix = secrets.token_hex(6)
         self._ids = itertools.count(1)
+        self._moves = {}
 
     # -- messages -----------------------------------------------------------------------
 
     def queue_info(self, queue: str) -> QueueInfo:
         return replace(super().queue_info(queue), in_flight_limit=self.max_in_flight)
 
-    def send(self, queue: str, messages: Sequence[OutgoingMessage]) -> BatchResult:
+    def send(
+        self,
+        queue: str,
+        messages: Sequence[OutgoingMessage],
+        *,
+        trace_headers: Mapping[str, str] | None = None,
+    ) -> BatchResult:
+        """Send a batch; `trace_headers` (by entry id) are the AWSTraceHeader attributes."""
         state = self._settled(queue, "SendMessageBatch")
         rules.check_send_batch(state.config.name, messages, self.dialect)
         succeeded: list[str] = []
@@ -122,7 +135,8 @@ class MemoryEngine(QueueCatalog):
         for message in messages:
             problem = rules.send_problem(state.config, message, self.dialect)
             if problem is None:
-                ids[message.entry_id] = self._send_one(state, message)
+                trace = None if trace_headers is None else trace_headers.get(message.entry_id)
+                ids[message.entry_id] = self._send_one(state, message, trace)
                 succeeded.append(message.entry_id)
             else:
                 failed.append(EntryFailure(message.entry_id, *problem))
@@ -132,7 +146,7 @@ class MemoryEngine(QueueCatalog):
             succeeded=tuple(succeeded), failed=tuple(failed), message_ids=MappingProxyType(ids)
         )
 
-    def _send_one(self, state: Queue, outgoing: OutgoingMessage) -> str:
+    def _send_one(self, state: Queue, outgoing: OutgoingMessage, trace: str | None) -> str:
         now = self.clock.now()
         dedup_id = outgoing.deduplication_id
         if state.config.fifo and dedup_id is None:
@@ -149,6 +163,7 @@ class MemoryEngine(QueueCatalog):
             sent_timestamp_ms=self._wall_ms(now),
             group_id=outgoing.group_id,
             deduplication_id=dedup_id,
+            trace_header=trace,
             visible_at=now
             + (state.config.delay_s if outgoing.delay_s is None else outgoing.delay_s),
         )
@@ -181,11 +196,14 @@ class MemoryEngine(QueueCatalog):
         *,
         visibility_s: int | None = None,
         long_poll: bool = False,
+        attempt_id: str | None = None,
     ) -> list[ReceivedMessage]:
         """Take up to `max_messages` receivable messages now; never waits.
 
         `long_poll` only changes what happens at the in-flight quota: a short poll raises
         `OverLimit`, a long poll gets fewer or no messages (its adapter does the waiting).
+        `attempt_id` (FIFO queues): a retried receive gets the same messages
+        (`backends.memory.attempts`).
         """
         op = "ReceiveMessage"
         state = self._settled(queue, op)
@@ -193,6 +211,10 @@ class MemoryEngine(QueueCatalog):
         if visibility_s is None:
             visibility_s = state.config.visibility_timeout_s
         rules.check_receive(name, max_messages, visibility_s, self.dialect)
+        if attempt_id is not None and state.config.fifo:
+            retried = self._retried(state, attempt_id, visibility_s)
+            if retried is not None:
+                return retried
         room = self.max_in_flight - len(state.in_flight)
         if room <= 0 and not long_poll:
             raise OverLimit(
@@ -206,7 +228,34 @@ class MemoryEngine(QueueCatalog):
         )
         if taken.redriven:
             self._store_redriven(state, taken.redriven)
+        if attempt_id is not None and state.config.fifo and taken.delivered:
+            now = self.clock.now()
+            state.attempts.remember(attempt_id, _taken(taken.delivered), now + ATTEMPT_WINDOW_S)
         return [received_message(state.config, message) for message in taken.delivered]
+
+    def _retried(
+        self, state: Queue, attempt_id: str, visibility_s: int
+    ) -> list[ReceivedMessage] | None:
+        """The messages of an earlier receive with `attempt_id`, their visibility timeout
+        started again; None when there was none, or one of them was modified since."""
+        now = self.clock.now()
+        attempt = state.attempts.recall(attempt_id, now)
+        if attempt is None:
+            return None
+        messages = [state.messages.get(message_id) for message_id, _, _ in attempt.taken]
+        for message, (_, handle, generation) in zip(messages, attempt.taken, strict=True):
+            if (
+                message is None
+                or message.state is not MessageState.IN_FLIGHT
+                or message.receipt_handle != handle
+                or message.generation != generation
+            ):
+                return None
+        kept = [message for message in messages if message is not None]
+        for message in kept:
+            state.set_visible_at(message, now + visibility_s, now)
+        state.attempts.remember(attempt_id, _taken(kept), attempt.expires_at)
+        return [received_message(state.config, message) for message in kept]
 
     def change_visibility(self, queue: str, entries: Sequence[VisibilityChange]) -> BatchResult:
         """Extend or release leases; visibility 0 makes a message visible at once."""
@@ -275,7 +324,9 @@ class MemoryEngine(QueueCatalog):
         That is a delay or a visibility timeout ending; None when nothing is pending. It may
         be early (a message behind a blocked FIFO group), never late: a waiter re-checks.
         """
-        return self._settled(queue, "ReceiveMessage").next_timer()
+        timer = self._settled(queue, "ReceiveMessage").next_timer()
+        move = self.next_move_due()
+        return timer if move is None else move if timer is None else min(timer, move)
 
     # -- test hooks (not part of SQS) ---------------------------------------------------
 
@@ -340,6 +391,11 @@ class MemoryEngine(QueueCatalog):
                 visible_at=now,
                 receipt_handle=None,
                 sent_at=now if target.config.fifo else message.sent_at,
+                dead_letter_source_arn=ARN_PREFIX + source.config.name,
             )
             target.add(moved, now, expires_at=moved.sent_at + target.config.retention_s)
         self._notify(target.config.name)
+
+
+def _taken(messages: Sequence[Message]) -> tuple[tuple[str, str, int], ...]:
+    return tuple((m.message_id, str(m.receipt_handle), m.generation) for m in messages)

@@ -44,6 +44,10 @@ class Message:
     received_at: float = 0.0
     receipt_handle: str | None = None
     generation: int = 0
+    #: The AWSTraceHeader system attribute given at the send.
+    trace_header: str | None = None
+    #: ARN of the queue this message was dead-lettered from (DeadLetterQueueSourceArn).
+    dead_letter_source_arn: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -86,6 +90,10 @@ def received_message(config: QueueConfig, message: Message) -> ReceivedMessage:
     if config.fifo:
         attributes["MessageDeduplicationId"] = str(message.deduplication_id)
         attributes["SequenceNumber"] = str(message.sequence_number)
+    if message.trace_header is not None:
+        attributes["AWSTraceHeader"] = message.trace_header
+    if message.dead_letter_source_arn is not None:
+        attributes["DeadLetterQueueSourceArn"] = message.dead_letter_source_arn
     assert message.receipt_handle is not None, "only a received message is returned"
     return ReceivedMessage(
         queue=config.name,

@@ -28,6 +28,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from backends.memory.attempts import ReceiveAttempts
 from backends.memory.config import QueueConfig
 from backends.memory.dedup import DeduplicationWindow
 from backends.memory.groups import MessageGroups
@@ -38,6 +39,7 @@ from backends.memory.message import (
     received_message,
     snapshot,
 )
+from backends.memory.tags import Permission
 
 __all__ = [
     "Message",
@@ -85,6 +87,10 @@ class Queue:
         self._timers: list[tuple[float, int, int, str]] = []
         self._expiries: list[tuple[float, int, str]] = []
         self.deduplication = DeduplicationWindow()
+        self.attempts = ReceiveAttempts()
+        self.tags: dict[str, str] = {}
+        #: AddPermission grants by label.
+        self.permissions: dict[str, Permission] = {}
         self._tiebreak = itertools.count()
         self._sequence = itertools.count(1)
 

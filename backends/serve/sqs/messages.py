@@ -39,7 +39,7 @@ __all__ = [
     "outgoing_message",
     "sent_to_wire",
     "system_attribute_filter",
-    "system_attributes_md5",
+    "system_attributes",
 ]
 
 _ATTRIBUTE_NAME = re.compile(r"(?!\.)(?!.*\.\.)(?!.*\.\Z)[A-Za-z0-9_.-]{1,256}\Z")
@@ -121,15 +121,18 @@ def _attribute_to_wire(attribute: MessageAttribute) -> dict[str, Any]:
     return {"DataType": attribute.data_type, "StringValue": attribute.string_value}
 
 
-def system_attributes_md5(params: Mapping[str, Any]) -> str | None:
-    """MD5OfMessageSystemAttributes of a send entry (AWSTraceHeader is checked, not kept)."""
+def system_attributes(params: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(AWSTraceHeader, MD5OfMessageSystemAttributes) of a send entry, None without one."""
     raw = mapping(params, "MessageSystemAttributes")
     if not raw:
         return None
     if set(raw) != {"AWSTraceHeader"}:
         raise invalid("MessageSystemAttributes", "Reason: only AWSTraceHeader is allowed.")
     attributes = message_attributes_from_wire(raw, "MessageSystemAttributes")
-    return md5_of_message_attributes(attributes)
+    trace = attributes["AWSTraceHeader"]
+    if trace.data_type != "String" or trace.string_value is None:
+        raise invalid("MessageSystemAttributes", "Reason: AWSTraceHeader is a String.")
+    return trace.string_value, md5_of_message_attributes(attributes)
 
 
 # -- messages -------------------------------------------------------------------------------

@@ -22,9 +22,10 @@ from backends.serve.sqs import errors as wire_errors
 from backends.serve.sqs import members as wire_members
 from backends.serve.sqs import messages as wire_messages
 from backends.serve.sqs import queue_attributes as wire_queues
+from backends.serve.sqs.admin import AdminOperations, create_queue_tags
 from backends.serve.sqs.errors import SqsError
 from worker.errors import BackendError, QueueNotFound
-from worker.rules import is_url, queue_name
+from worker.rules import is_url, queue_name, queue_name_in_arn
 from worker.types import (
     BatchResult,
     Deletion,
@@ -69,6 +70,8 @@ class SqsService:
             "ChangeMessageVisibility": self.change_message_visibility,
             "ChangeMessageVisibilityBatch": self.change_message_visibility_batch,
         }
+        admin = AdminOperations(self._engine, queue_of=self._queue, arn=self.arn, url=self._url)
+        self._operations.update(admin.operations())
 
     async def call(self, operation: str, params: Mapping[str, Any], base_url: str) -> Answer:
         """Run `operation`; `base_url` (`http://host:port`) prefixes the queue URLs."""
@@ -107,7 +110,11 @@ class SqsService:
             current = self._engine.describe_queue(name)
         except QueueNotFound:
             spec = wire_queues.queue_spec(name, settings)
-            self._engine.create_queue(spec, max_message_bytes=settings.max_message_bytes)
+            self._engine.create_queue(
+                spec,
+                max_message_bytes=settings.max_message_bytes,
+                tags=create_queue_tags(params),
+            )
             self._kept[name] = settings.kept
         else:
             wire_queues.check_same(current, settings, self._kept.get(current.config.name, {}))
@@ -182,17 +189,18 @@ class SqsService:
     async def send_message(self, params: Mapping[str, Any], base_url: str) -> Answer:
         name = self._queue(params)
         message = wire_messages.outgoing_message(params)
-        system_md5 = wire_messages.system_attributes_md5(params)
+        system = wire_messages.system_attributes(params)
         problem = self._engine.send_problem(name, message)
         if problem is not None:
             raise SqsError(*problem)
-        result = await self._backend.send(name, [message])
+        traces = None if system is None else {message.entry_id: system[0]}
+        result = self._engine.send(name, [message], trace_headers=traces)
         if result.failed:
             failure = result.failed[0]
             raise SqsError(failure.code, failure.message)
         answer = self._sent(name, message, result.message_ids[message.entry_id])
-        if system_md5 is not None:
-            answer["MD5OfMessageSystemAttributes"] = system_md5
+        if system is not None:
+            answer["MD5OfMessageSystemAttributes"] = system[1]
         return answer
 
     def _sent(self, name: str, message: OutgoingMessage, message_id: str) -> dict[str, Any]:
@@ -205,28 +213,30 @@ class SqsService:
         self._engine.queue_url(name)
         self._engine.check_batch("SendMessageBatch", name, [wire_members.entry_id(e) for e in raw])
         messages: list[OutgoingMessage] = []
-        system_md5: dict[str, str] = {}
+        system: dict[str, tuple[str, str]] = {}  # entry id -> (AWSTraceHeader, its MD5)
         failed: list[EntryFailure] = []
         for entry in raw:
             entry_id = wire_members.entry_id(entry)
             try:
-                messages.append(wire_messages.outgoing_message(entry, entry_id))
-                md5 = wire_messages.system_attributes_md5(entry)
+                message = wire_messages.outgoing_message(entry, entry_id)
+                trace = wire_messages.system_attributes(entry)
             except SqsError as error:
                 failed.append(EntryFailure(entry_id, error.code, error.message))
                 continue
-            if md5 is not None:
-                system_md5[entry_id] = md5
+            messages.append(message)
+            if trace is not None:
+                system[entry_id] = trace
         successful: list[dict[str, Any]] = []
         if messages:
-            result = await self._backend.send(name, messages)
+            traces = {entry_id: trace for entry_id, (trace, _) in system.items()}
+            result = self._engine.send(name, messages, trace_headers=traces)
             failed.extend(result.failed)
             for message in messages:
                 message_id = result.message_ids.get(message.entry_id)
                 if message_id is not None:
                     item = {"Id": message.entry_id, **self._sent(name, message, message_id)}
-                    if message.entry_id in system_md5:
-                        item["MD5OfMessageSystemAttributes"] = system_md5[message.entry_id]
+                    if message.entry_id in system:
+                        item["MD5OfMessageSystemAttributes"] = system[message.entry_id][1]
                     successful.append(item)
         return {
             "Successful": successful,
@@ -241,15 +251,21 @@ class SqsService:
         most = wire_members.integer(params, "MaxNumberOfMessages")
         system = wire_messages.system_attribute_filter(params)
         user = wire_messages.message_attribute_filter(params)
-        messages = await self._backend.receive(
+        messages = await self._backend.receive_attempt(
             name,
             max_messages=1 if most is None else most,
             wait_s=wait_s,
             visibility_s=wire_members.integer(params, "VisibilityTimeout"),
+            attempt_id=wire_members.string(params, "ReceiveRequestAttemptId"),
         )
         if not messages:
             return {}
-        return {"Messages": [wire_messages.message_to_wire(m, system, user) for m in messages]}
+        wire = [wire_messages.message_to_wire(m, system, user) for m in messages]
+        for item in wire:
+            source = item.get("Attributes", {}).get("DeadLetterQueueSourceArn")
+            if source is not None:  # the engine's ARN, in this server's region and account
+                item["Attributes"]["DeadLetterQueueSourceArn"] = self.arn(queue_name_in_arn(source))
+        return {"Messages": wire}
 
     async def delete_message(self, params: Mapping[str, Any], base_url: str) -> Answer:
         name = self._queue(params)

@@ -103,9 +103,16 @@ class CountingEngine(MemoryEngine):
         *,
         visibility_s: int | None = None,
         long_poll: bool = False,
+        attempt_id: str | None = None,
     ) -> list[ReceivedMessage]:
         self.receives += 1
-        return super().receive(queue, max_messages, visibility_s=visibility_s, long_poll=long_poll)
+        return super().receive(
+            queue,
+            max_messages,
+            visibility_s=visibility_s,
+            long_poll=long_poll,
+            attempt_id=attempt_id,
+        )
 
 
 async def test_long_poll_does_not_poll() -> None:
