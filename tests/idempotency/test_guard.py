@@ -19,11 +19,12 @@ from worker import LeaseConfig, Message, Outcome, Worker, WorkerConfig
 from worker.errors import RegistrationError
 from worker.idempotency import Idempotency, MemoryStore, RecordState
 from worker.testing import run_worker
-from worker.types import QueueSpec
+from worker.types import QueueSpec, RedrivePolicy
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
 
-LEASE = LeaseConfig(visibility_s=30, extension_s=30, renew_margin_s=10)
+VISIBILITY_S = 30
+LEASE = LeaseConfig(visibility_s=VISIBILITY_S, extension_s=VISIBILITY_S, renew_margin_s=10)
 
 
 def handled(harness: Any, queue: str, outcome: str) -> float:
@@ -131,8 +132,9 @@ async def test_two_workers_holding_one_message_never_run_it_at_once(
 async def test_a_business_key_dedups_a_message_redriven_with_a_new_message_id(
     business_key: bool,
 ) -> None:
-    """A message moved back from a DLQ gets a new MessageId: only a business key sees it is
-    the same order (with the default key, the MessageId, it runs again)."""
+    """An order is handled, its delete is lost, and its next receive (over maxReceiveCount 1)
+    moves it to the DLQ. A move task brings it back with a new MessageId: only a business key
+    sees it is the same order; with the default key, the MessageId, it runs again."""
     app = Worker(WorkerConfig(lease=LEASE))
     runs: list[str] = []
     key = (lambda m: str(m.body["order_id"])) if business_key else None
@@ -141,13 +143,21 @@ async def test_a_business_key_dedups_a_message_redriven_with_a_new_message_id(
     async def handle(message: Message) -> None:
         runs.append(message.message_id)
 
-    async with run_worker(app) as harness:
-        await harness.backend.create_queue(QueueSpec("orders-dlq"))  # type: ignore[attr-defined]
+    backend = LossyBackend()
+    await backend.create_queue(QueueSpec("orders-dlq"))
+    await backend.create_queue(QueueSpec("orders", redrive=RedrivePolicy("orders-dlq", 1)))
+    backend.lose_deletes = 1
+    async with run_worker(app, backend=backend) as harness:
         first = await harness.send("orders", {"order_id": "A-1"})
         await harness.wait_for_handled(1)
-        # A redrive (StartMessageMoveTask) sends the body again: a new message, a new id.
-        second = await harness.send("orders", {"order_id": "A-1"})
+        await anyio.sleep(VISIBILITY_S + 1)  # visible again: the next receive dead-letters it
+        engine = backend.inner.engine
+        assert engine.counts("orders-dlq").visible == 1
+        engine.start_message_move_task("orders-dlq")
         records = await harness.wait_for_handled(2)
+        await harness.wait_until_idle()
+        assert engine.counts("orders").visible + engine.counts("orders-dlq").visible == 0
+    second = records[1].message.message_id
     assert first != second
     if business_key:
         assert runs == [first]

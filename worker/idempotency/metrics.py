@@ -21,6 +21,9 @@ _by_registry: weakref.WeakKeyDictionary[CollectorRegistry, IdempotencyMetrics] =
 
 
 class IdempotencyMetrics:
+    """The guard's counters and store latency; `IdempotencyMetrics.on(registry)` shares
+    one set per registry."""
+
     def __init__(self, registry: CollectorRegistry, *, prefix: str = "lease_worker") -> None:
         self.registry = registry
         name = f"{prefix}_idempotency"

@@ -30,6 +30,8 @@ GC_SLACK_S = 300.0
 
 
 class RecordState(Enum):
+    """A key's record: claimed by a lease (in progress) or done (completed)."""
+
     IN_PROGRESS = "in_progress"
     COMPLETED = "completed"
 

@@ -32,6 +32,8 @@ class StoreError(LeaseWorkerError):
 
 @runtime_checkable
 class IdempotencyStore(Protocol):
+    """Where idempotency records live (see the module docstring for the rules)."""
+
     async def create(self, record: Record, *, now: float) -> Record | None:
         """Write `record` unless its key has a record that is in progress or completed and
         not expired at `now`; None once written, else the record in the way."""
