@@ -22,6 +22,7 @@ import worker
 PUBLIC_MODULES = (
     "worker",
     "worker.testing",
+    "worker.idempotency",
     "backends",
     "backends.memory",
     "backends.sqs",
