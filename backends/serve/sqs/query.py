@@ -6,8 +6,9 @@ them; this module moves between the two spellings. The rules kept:
 - A request's members are flattened: lists as `<Item>.<n>` (`AttributeName.1`,
   `SendMessageBatchRequestEntry.2.Id`), maps as `<Item>.<n>.Name|Key` and `.Value`
   (`Attribute.1.Name`, `Tag.1.Key`, `MessageAttribute.1.Value.StringValue`), n from 1.
-  `_LISTS` and `_MAPS` name each flattened item and the JSON member it becomes; numbers
-  arrive as text and are read as integers where the JSON protocol has integers.
+  `_LISTS` and `_MAPS` name each flattened item and the JSON member it becomes; an empty list
+  or map arrives as its JSON member's name with no value (`Entries=`), as botocore sends
+  it. Numbers arrive as text and are read as integers where the JSON protocol has integers.
 - An answer is `<{Op}Response xmlns=...><{Op}Result>...</{Op}Result><ResponseMetadata>
   <RequestId/></ResponseMetadata></{Op}Response>` (no Result for operations without output);
   lists and maps are flattened the same way, booleans are `true`/`false`.
@@ -64,6 +65,8 @@ _ANSWER_LISTS = {
     "Failed": "BatchResultErrorEntry",
     "Results": "ListMessageMoveTasksResultEntry",
 }
+_EMPTY_LISTS = frozenset(_LISTS.values())
+_EMPTY_MAPS = frozenset(name for name, _, _ in _MAPS.values())
 _ANSWER_MAPS = {name: (item, key, value) for item, (name, key, value) in _MAPS.items()}
 _INTEGER = re.compile(r"-?[0-9]{1,18}\Z")
 
@@ -107,6 +110,8 @@ def _members(node: dict[str, Any]) -> dict[str, Any]:
                 for entry in _numbered(key, value)
                 if isinstance(entry, dict)
             }
+        elif value == "" and key in _EMPTY_LISTS | _EMPTY_MAPS:
+            out[key] = [] if key in _EMPTY_LISTS else {}
         elif key in _INTEGERS and isinstance(value, str) and _INTEGER.match(value):
             out[key] = int(value)
         else:
