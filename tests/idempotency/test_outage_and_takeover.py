@@ -115,6 +115,7 @@ async def test_a_dead_worker_is_taken_over_within_one_visibility(freeze_at: floa
             b.shutdown()
         backend_a.frozen = store_a.frozen = False  # let A's shutdown end
     delay = took_over_at - freeze_at
+    print(f"frozen at {freeze_at:g} s, taken over at {took_over_at:g} s: {delay:g} s later")
     assert starts[1][0] == "b"
     # The message comes back when A's last renewal runs out, A's heartbeat with it.
     assert 0 < delay <= VISIBILITY_S + 1
@@ -142,6 +143,8 @@ async def test_the_store_is_written_once_per_round_however_many_claims() -> None
         await harness.wait_until_idle()
     rounds = idempotency.heartbeat.calls_per_round
     renewal_calls = metric(harness, "lease_worker_lease_renewal_calls_total", queue="jobs")
+    print(f"store calls per round {rounds}, all store calls {dict(store.calls)}")
+    print(f"lease renewal calls {renewal_calls:g}")
     # 200 s of 50 claims: a beat every 20 s (the TTL less the margin), one call each; and
     # a beat at start-up and one at the stop.
     assert rounds == [1] * len(rounds) and 10 <= len(rounds) <= 12

@@ -5,7 +5,8 @@ key `pk`, no sort key; turn on TTL on the number attribute `ttl` (epoch seconds)
 DynamoDB drop expired records (garbage collection only: the answers come from the times in
 the records). Records are items `pk = "key#<key>"`, heartbeats `pk = "owner#<owner>"`.
 IAM actions: dynamodb:PutItem, dynamodb:GetItem, dynamodb:DeleteItem on the table
-(dynamodb:CreateTable and dynamodb:UpdateTimeToLive for `create_table`).
+(dynamodb:CreateTable, dynamodb:DescribeTable and dynamodb:UpdateTimeToLive for
+`create_table`).
 
 Each operation is one conditional write; a refused claim costs a strongly consistent read
 after it (moto's server does not return the old item with a failed condition).
