@@ -33,7 +33,7 @@ QUEUE, DLQ = "orders", "orders-dlq"
 
 app = Worker(
     WorkerConfig(
-        lease=LeaseConfig(visibility_s=2, extension_s=2, renew_margin_s=1, coalesce_window_s=0.5),
+        lease=LeaseConfig(visibility_s=4, extension_s=4, renew_margin_s=1.5, coalesce_window_s=0.5),
         max_in_flight=50,
         wait_s=1,
     )
@@ -70,7 +70,7 @@ async def produce(context: WorkerContext) -> None:
     await context.backend.send(QUEUE, [OutgoingMessage(body=json.dumps(hold))])
     for n in range(1_000_000):
         bodies = [
-            json.dumps({"n": n * 10 + i, "work_s": rng.choice((0.05, 0.3, 3.0)), "fail": i == 0})
+            json.dumps({"n": n * 10 + i, "work_s": rng.choice((0.05, 0.3, 6.0)), "fail": i == 0})
             for i in range(5)
         ]
         bodies.append("not json")

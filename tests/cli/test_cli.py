@@ -42,6 +42,7 @@ OPTIONS = (
     "--ops-addr",
     "--max-loop-lag-s",
     "--queue-sample-s",
+    "--console-bodies",
     "--log-format",
     "--log-level",
 )

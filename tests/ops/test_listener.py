@@ -85,7 +85,8 @@ async def test_metrics_holds_the_runtime_the_process_and_the_users_own_metrics()
 
 async def test_unknown_paths_are_404_and_other_methods_405() -> None:
     async with run_worker(quick_app()) as harness, listening(harness.supervisor) as port:
-        assert (await get(port, "/"))[0] == 404
+        assert (await get(port, "/nothing"))[0] == 404
+        assert (await get(port, "/console/other.js"))[0] == 404
         assert (await get(port, "/metrics/x"))[0] == 404
         assert (await get(port, "/metrics", "POST"))[0] == 405
         assert (await get(port, "/healthz", "DELETE"))[0] == 405

@@ -135,6 +135,11 @@ OPTIONS: dict[str, tuple[Option, ...]] = {
             default="5",
         ),
         Option(
+            "--console-bodies",
+            "show message bodies (cut to 2,000 characters) on the ops listener's console",
+            action="store_true",
+        ),
+        Option(
             "--queue-sample-s",
             "read queue depths this often, with the ops listener on (default: 30)",
             float,
@@ -295,7 +300,13 @@ def _ops_listener(
     if args.ops_port is None:
         return contextlib.nullcontext()
     policy = HealthPolicy(max_loop_lag_s=args.max_loop_lag_s)
-    return OpsListener(supervisor, port=args.ops_port, host=args.ops_addr, policy=policy)
+    return OpsListener(
+        supervisor,
+        port=args.ops_port,
+        host=args.ops_addr,
+        policy=policy,
+        console_bodies=args.console_bodies,
+    )
 
 
 def _run_processes(argv: list[str], args: argparse.Namespace) -> int:

@@ -6,6 +6,8 @@
   Prometheus' text format.
 - `GET /healthz`, `GET /readyz`: 200 or 503 with a JSON body naming each check
   (`worker.ops.health`).
+- `GET /`, `GET /api/status`: the live console (`worker.ops.console`), read-only; message
+  bodies only with `console_bodies=True` (`--console-bodies`).
 - Any other path: 404; another method: 405.
 
 It serves from the worker's own event loop: an answer at all means the loop runs. It binds
@@ -20,14 +22,19 @@ import json
 from collections.abc import Iterator, Sequence
 from types import TracebackType
 
+import anyio
 from aiohttp import web
+from anyio.abc import TaskGroup
 from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
 from worker.errors import ConfigError
+from worker.ops.console import add_console_routes
 from worker.ops.health import HealthPolicy, Verdict, liveness, readiness
+from worker.ops.history import History, read_counts
+from worker.ops.status import status
 from worker.runtime.supervisor import Supervisor
 
 __all__ = ["OpsListener"]
@@ -47,6 +54,8 @@ class OpsListener:
         host: str = "127.0.0.1",
         policy: HealthPolicy | None = None,
         registries: Sequence[CollectorRegistry] | None = None,
+        console_bodies: bool = False,
+        history: History | None = None,
     ) -> None:
         if not 0 <= port <= 65_535:
             raise ConfigError(f"ops port {port}: must be a port number from 0 to 65535")
@@ -63,6 +72,15 @@ class OpsListener:
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
+        self._history = history or History()
+        self._started_at = supervisor.clock.now() + supervisor.clock.wall_offset_s()
+        add_console_routes(
+            app,
+            lambda: status(
+                supervisor, self._history, started_at=self._started_at, bodies=console_bodies
+            ),
+        )
+        self._tasks: TaskGroup | None = None
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=_CLOSE_TIMEOUT_S)
         self.port: int | None = None
 
@@ -76,6 +94,9 @@ class OpsListener:
             where = f"{self._host}:{self._port}"
             raise ConfigError(f"ops listener: cannot listen on {where}: {error.strerror}") from None
         self.port = _bound_port(self._runner)
+        self._tasks = anyio.create_task_group()
+        await self._tasks.__aenter__()
+        self._tasks.start_soon(self._sample_history)
         return self
 
     async def __aexit__(
@@ -84,7 +105,22 @@ class OpsListener:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        await self._runner.cleanup()
+        try:
+            if self._tasks is not None:
+                self._tasks.cancel_scope.cancel()
+                await self._tasks.__aexit__(None, None, None)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._runner.cleanup()
+
+    async def _sample_history(self) -> None:
+        supervisor = self._supervisor
+        metrics = supervisor.metrics
+        while True:
+            wall = supervisor.clock.now() + supervisor.clock.wall_offset_s()
+            counts = read_counts(metrics.registry, metrics.prefix, supervisor.app.registry.queues)
+            self._history.add(wall, counts)
+            await anyio.sleep(self._history.interval_s)
 
     async def _metrics(self, request: web.Request) -> web.Response:
         body = b"".join(generate_latest(registry) for registry in self._registries)

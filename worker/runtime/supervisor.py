@@ -128,7 +128,8 @@ class Supervisor:
             is_fifo=lambda queue: self.queues[queue].fifo,
         )
         self._handlers = HandlerTasks(on_crash=lambda error: self._crashed("a handler task", error))
-        self._held: set[Lease] = set()
+        #: Every message held, from its receive until its lease ends, with what was received.
+        self._held: dict[Lease, ReceivedMessage] = {}
         self._stop_receiving = anyio.Event()
         self._drained = anyio.Event()
         # A second request or a crash moves a phase's end up, and the scope waiting for it.
@@ -168,6 +169,10 @@ class Supervisor:
     def receiving(self) -> bool:
         """Start-up is over and no shutdown has begun: messages are being received."""
         return bool(self.receivers) and not self.stopping
+
+    def held(self) -> list[tuple[Lease, ReceivedMessage]]:
+        """Every message held right now and its lease (a copy): for the console."""
+        return list(self._held.items())
 
     def snapshot(self) -> Snapshot:
         """What is held right now: read by the metrics at each scrape."""
@@ -335,7 +340,7 @@ class Supervisor:
         return None if receiver is None else receiver.take_oldest_age_s()
 
     def _dispatch(self, received: ReceivedMessage, lease: Lease) -> None:
-        self._held.add(lease)
+        self._held[lease] = received
         try:
             self.dispatcher.dispatch(received, lease)
         except Exception:
@@ -346,7 +351,7 @@ class Supervisor:
             self.settler.submit(lease, release)
 
     def _finished(self, lease: Lease) -> None:
-        self._held.discard(lease)
+        self._held.pop(lease, None)
         self.dispatcher.forget(lease)
         for listener in self.on_lease_finished:
             listener()

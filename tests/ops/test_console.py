@@ -1,0 +1,96 @@
+"""The console's page, assets and `/api/status` on a running worker (real sockets)."""
+
+from __future__ import annotations
+
+import json
+
+import aiohttp
+import anyio
+import pytest
+
+from tests.ops.test_listener import listening
+from worker import LeaseConfig, Message, Worker, WorkerConfig
+from worker.ops.history import History
+from worker.testing import run_worker
+
+pytestmark = pytest.mark.asyncio
+
+
+def holding_app(started: anyio.Event, release: anyio.Event) -> Worker:
+    lease = LeaseConfig(visibility_s=2, extension_s=2, renew_margin_s=1, coalesce_window_s=0.2)
+    app = Worker(WorkerConfig(wait_s=1, lease=lease))
+
+    @app.handler("jobs")
+    async def hold(message: Message) -> None:
+        started.set()
+        await release.wait()
+
+    return app
+
+
+async def fetch(port: int, path: str) -> tuple[int, dict[str, str], bytes]:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"http://127.0.0.1:{port}{path}") as response,
+    ):
+        return response.status, dict(response.headers), await response.read()
+
+
+async def test_status_lists_held_messages_with_their_lease_and_never_a_body() -> None:
+    started, release = anyio.Event(), anyio.Event()
+    async with (
+        run_worker(holding_app(started, release)) as harness,
+        listening(harness.supervisor, history=History(interval_s=0.2, span_s=10)) as port,
+    ):
+        message_id = await harness.send("jobs", {"card": "4111-1111-1111-1111"})
+        await started.wait()
+        status, headers, body = await fetch(port, "/api/status")
+        release.set()
+    assert status == 200 and headers["Content-Type"].startswith("application/json")
+    answer = json.loads(body)
+    assert answer["version"] == 1
+    assert answer["worker"]["state"] == "running"
+    [queue] = answer["queues"]
+    assert queue["queue"] == "jobs" and queue["in_flight"] == 1 and queue["max_in_flight"] == 10
+    assert queue["in_flight_limit"] == 120_000
+    assert answer["messages_total"] == 1
+    [row] = answer["messages"]
+    assert row["message_id"] == message_id and row["queue"] == "jobs"
+    assert row["handler"].endswith("hold") and row["receive_count"] == 1
+    assert row["state"] == "running" and 0 < row["deadline_in_s"] <= 2
+    assert "body" not in row and b"4111" not in body
+    assert answer["history"]["points"] and answer["history"]["interval_s"] == 0.2
+
+
+async def test_bodies_only_when_asked_and_cut() -> None:
+    started, release = anyio.Event(), anyio.Event()
+    async with (
+        run_worker(holding_app(started, release)) as harness,
+        listening(harness.supervisor, console_bodies=True) as port,
+    ):
+        await harness.send("jobs", {"big": "x" * 5000})
+        await started.wait()
+        _, _, body = await fetch(port, "/api/status")
+        release.set()
+    [row] = json.loads(body)["messages"]
+    assert len(row["body"]) == 2000 and row["body"].startswith('{"big": "xxx')
+
+
+async def test_the_page_and_its_assets_are_served_with_a_strict_policy() -> None:
+    started, release = anyio.Event(), anyio.Event()
+    release.set()
+    async with (
+        run_worker(holding_app(started, release)) as harness,
+        listening(harness.supervisor) as port,
+    ):
+        page = await fetch(port, "/")
+        script = await fetch(port, "/console/console.js")
+        style = await fetch(port, "/console/console.css")
+    assert page[0] == 200 and b'<table id="messages">' in page[2]
+    assert script[0] == 200 and script[1]["Content-Type"].startswith("text/javascript")
+    assert style[0] == 200 and style[1]["Content-Type"].startswith("text/css")
+    policy = page[1]["Content-Security-Policy"]
+    assert "default-src 'none'" in policy and "script-src 'self'" in policy
+    for asset in (page[2], script[2], style[2]):  # offline: nothing from another host
+        assert b"http://" not in asset.replace(b"http://127.0.0.1", b"")
+        assert b"https://" not in asset
