@@ -250,3 +250,27 @@ async def test_the_heartbeat_follows_the_settings_the_worker_runs_with() -> None
     async with run_worker(app):
         assert idempotency.heartbeat.ttl_s == 6
         assert idempotency.heartbeat.margin_s == 2
+
+
+async def test_one_idempotency_guards_one_worker() -> None:
+    idempotency = Idempotency(MemoryStore())
+    first, second = Worker(name="first"), Worker(name="second")
+    first.handler("a", idempotent=idempotency.guard())(_noop)
+    first.handler("b", idempotent=idempotency.guard())(_noop)  # more handlers: fine
+    with pytest.raises(RegistrationError, match="already guards worker 'first'"):
+        second.handler("a", idempotent=idempotency.guard())(_noop)
+
+
+async def test_a_guard_given_as_plain_middleware_fails_its_messages_clearly() -> None:
+    guard = Idempotency(MemoryStore()).guard()
+    app = Worker(WorkerConfig(lease=LEASE))
+    app.handler("jobs", middleware=[guard])(_noop)
+    async with run_worker(app) as harness:
+        message_id = await harness.send("jobs", {"n": 1})
+        [record] = await harness.wait_for_handled(1)
+    assert record.outcome is Outcome.FAILED
+    assert record.message.message_id == message_id
+
+
+async def _noop(message: Message) -> None:
+    pass

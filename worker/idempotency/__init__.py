@@ -19,7 +19,12 @@ docs/idempotency.md.
 """
 
 from worker.idempotency.dynamodb_store import DynamoDBStore, create_table
-from worker.idempotency.guard import Idempotency, IdempotencyGuard, PayloadMismatch
+from worker.idempotency.guard import (
+    Idempotency,
+    IdempotencyGuard,
+    NotAttached,
+    PayloadMismatch,
+)
 from worker.idempotency.memory_store import MemoryStore
 from worker.idempotency.metrics import IdempotencyMetrics
 from worker.idempotency.record import Record, RecordState
@@ -33,6 +38,7 @@ __all__ = (
     "IdempotencyMetrics",
     "IdempotencyStore",
     "MemoryStore",
+    "NotAttached",
     "PayloadMismatch",
     "Record",
     "RecordState",

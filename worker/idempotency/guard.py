@@ -52,7 +52,7 @@ from worker.middleware import CallNext
 if TYPE_CHECKING:
     from worker.app import Worker, WorkerContext
 
-__all__ = ["Idempotency", "IdempotencyGuard", "PayloadMismatch"]
+__all__ = ["Idempotency", "IdempotencyGuard", "NotAttached", "PayloadMismatch"]
 
 KeyFunc = Callable[[Message], str]
 OnDuplicate = Callable[[Message, Any], Awaitable[None]]
@@ -73,6 +73,10 @@ class PayloadMismatch(LeaseWorkerError):
         )
         self.queue = queue
         self.message_id = message_id
+
+
+class NotAttached(LeaseWorkerError):
+    """A guard was run without being registered with `idempotent=` (so no heartbeat)."""
 
 
 class Idempotency:
@@ -104,7 +108,6 @@ class Idempotency:
         self._clock = clock or LoopClock()
         self.metrics = IdempotencyMetrics(CollectorRegistry())  # until a worker starts it
         self.heartbeat = self._heartbeat(LeaseConfig())
-        self._attached = False
         self._worker: Worker | None = None
         self._queues: set[str] = set()
         self._log = structlog.get_logger("lease_worker.idempotency")
@@ -141,10 +144,16 @@ class Idempotency:
 
     def attach(self, worker: Worker, queue: str) -> None:
         """Hook onto `worker` once: start-up (metrics, first beat) and the heartbeat task."""
+        if self._worker is not None and self._worker is not worker:
+            # Two workers would run two heartbeats for one owner, and the first to stop
+            # would end the other's claims.
+            raise RegistrationError(
+                f"this Idempotency already guards worker {self._worker.name!r}: "
+                "make one Idempotency per Worker"
+            )
         self._queues.add(queue)
-        if self._attached:
+        if self._worker is not None:
             return
-        self._attached = True
         self._worker = worker
         worker.on_startup(self.start)
         worker.background(self.run)
@@ -219,6 +228,11 @@ class IdempotencyGuard:
         self._idem.attach(worker, queue)
 
     async def __call__(self, message: Message, call_next: CallNext) -> None:
+        if self._idem._worker is None:  # as a plain middleware: no heartbeat would ever run
+            raise NotAttached(
+                "an idempotency guard runs as @app.handler(queue, idempotent=guard), "
+                "not as a middleware"
+            )
         claim = await self._claim(message, self._key_of(message))
         try:
             # The innermost layer: call_next is the handler itself, and returns its result.
