@@ -111,7 +111,10 @@ def test_the_build_copies_the_packages_pyproject_names() -> None:
     build = _stages()[0]
     copied = {copy.split()[0].rstrip("/") for copy in _all(build, "COPY")}
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    packages = set(pyproject["tool"]["setuptools"]["packages"])
+    # Top-level packages of `packages.find`'s include patterns ("worker", "worker.*", ...).
+    include = pyproject["tool"]["setuptools"]["packages"]["find"]["include"]
+    packages = {pattern.split(".")[0] for pattern in include}
+    assert packages == {"worker", "backends"}
     assert packages <= copied
     assert (ROOT / pyproject["project"]["readme"]).exists()
 
