@@ -1,7 +1,8 @@
 """Fakes around real parts, for the guard's tests (no mocks).
 
-- `FaultyStore`: a real store that counts its calls, and can be down (every call raises
-  `StoreError`) or frozen (every call hangs, as in a process that stopped).
+- `FaultyStore`: a real store that counts its calls, and can be slow (per operation), down
+  (every call raises `StoreError`) or frozen (every call hangs, as in a process that
+  stopped).
 - `LossyBackend`: the in-memory backend whose next deletes answer success and delete
   nothing (SQS does so for a stale handle), or that freezes (every call hangs).
 """
@@ -29,9 +30,13 @@ class FaultyStore:
         self.calls: Counter[str] = Counter()
         self.down = False
         self.frozen = False
+        #: Seconds each call of an operation takes before it reaches the store.
+        self.slow: dict[str, float] = {}
 
     async def _enter(self, operation: str) -> None:
         self.calls[operation] += 1
+        if operation in self.slow:
+            await anyio.sleep(self.slow[operation])
         if self.frozen:
             await anyio.sleep_forever()
         if self.down:

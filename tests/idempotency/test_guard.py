@@ -14,7 +14,7 @@ import anyio
 import pytest
 
 from backends.memory import MemoryBackend
-from tests.idempotency.fakes import LossyBackend
+from tests.idempotency.fakes import FaultyStore, LossyBackend
 from worker import LeaseConfig, Message, Outcome, Worker, WorkerConfig
 from worker.errors import RegistrationError
 from worker.idempotency import Idempotency, MemoryStore, RecordState
@@ -274,3 +274,30 @@ async def test_a_guard_given_as_plain_middleware_fails_its_messages_clearly() ->
 
 async def _noop(message: Message) -> None:
     pass
+
+
+async def test_a_completion_cut_short_by_a_cancellation_is_still_written() -> None:
+    """The handler succeeded; its lease is lost while the completion is on the wire: the
+    write is handed to the heartbeat task, not dropped (else the claim would stay live)."""
+    inner = MemoryStore()
+    store = FaultyStore(inner)
+    store.slow["replace"] = 3.0
+    app = Worker(WorkerConfig(lease=LEASE))
+    leases: list[Any] = []
+    returned = anyio.Event()
+
+    @app.handler("jobs", idempotent=Idempotency(store).guard())
+    async def job(message: Message) -> None:
+        leases.append(message.lease)
+        returned.set()
+
+    async with run_worker(app) as harness:
+        message_id = await harness.send("jobs", {"n": 1})
+        await returned.wait()
+        await anyio.sleep(1)  # the completion is on the wire (3 s)
+        leases[0].cancel(Outcome.LEASE_LOST)
+        [record] = await harness.wait_for_handled(1)
+        await anyio.sleep(5)  # the heartbeat task sends the deferred write
+    assert record.outcome is Outcome.LEASE_LOST
+    stored = inner.get(f"jobs:{message_id}")
+    assert stored is not None and stored.state is RecordState.COMPLETED

@@ -340,6 +340,11 @@ class IdempotencyGuard:
         try:
             if not await self._idem.call(operation, write):
                 self._idem._log.warning("idempotency.claim_taken_over", operation=operation)
+        except (asyncio.CancelledError, GeneratorExit):
+            # Cut short (a lost lease, a shutdown): sent from the heartbeat task instead,
+            # or a completion would be lost and the claim stay live until its cap.
+            self._idem.heartbeat.defer(claim.token, operation, write)
+            raise
         except StoreError as error:
             self._idem._log.error(
                 "idempotency.write_failed", operation=operation, reason=error.reason
