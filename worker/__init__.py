@@ -21,7 +21,7 @@ and `testing` composition roots).
 import importlib.metadata as _metadata
 
 from worker.app import HandlerGuard, Hook, Worker, WorkerContext
-from worker.backend import Backend, Limits, QueueAdmin
+from worker.backend import Backend, DeadLetterAdmin, Limits, QueueAdmin
 from worker.clock import Clock, LoopClock, ManualClock
 from worker.config import Backoff, ErrorPolicy, LeaseConfig, OnError, ShutdownConfig, WorkerConfig
 from worker.core.lease import Lease, LeaseState
@@ -42,18 +42,20 @@ from worker.errors import (
     RegistrationError,
     Retry,
     TransientBackendError,
+    UnsupportedOperation,
     WorkerCrashed,
 )
 from worker.message import Message
 from worker.middleware import CallNext, Middleware
 from worker.registry import Decoder
-from worker.runtime.metrics import Metrics
+from worker.runtime.metrics import Metrics, MetricsSnapshot
 from worker.runtime.supervisor import Supervisor, run, serve
 from worker.types import (
     BatchResult,
     Deletion,
     EntryFailure,
     MessageAttribute,
+    MoveTask,
     OutgoingMessage,
     QueueInfo,
     QueueSpec,
@@ -76,6 +78,7 @@ __all__ = (
     "CallNext",
     "Clock",
     "ConfigError",
+    "DeadLetterAdmin",
     "DecodeError",
     "Decoder",
     "Deletion",
@@ -98,7 +101,9 @@ __all__ = (
     "Message",
     "MessageAttribute",
     "Metrics",
+    "MetricsSnapshot",
     "Middleware",
+    "MoveTask",
     "OnError",
     "Outcome",
     "OutgoingMessage",
@@ -114,6 +119,7 @@ __all__ = (
     "ShutdownConfig",
     "Supervisor",
     "TransientBackendError",
+    "UnsupportedOperation",
     "VisibilityChange",
     "Worker",
     "WorkerConfig",

@@ -26,6 +26,7 @@ from typing import Protocol, runtime_checkable
 from worker.types import (
     BatchResult,
     Deletion,
+    MoveTask,
     OutgoingMessage,
     QueueInfo,
     QueueSpec,
@@ -33,7 +34,7 @@ from worker.types import (
     VisibilityChange,
 )
 
-__all__ = ["Backend", "Limits", "QueueAdmin"]
+__all__ = ["Backend", "DeadLetterAdmin", "Limits", "QueueAdmin"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -101,3 +102,37 @@ class QueueAdmin(Protocol):
     async def delete_queue(self, queue: str) -> None: ...
 
     async def purge(self, queue: str) -> None: ...
+
+
+@runtime_checkable
+class DeadLetterAdmin(Protocol):
+    """What the dead-letter tools (`lease-worker dlq`, the console) ask of a backend.
+
+    Queues are named by name. `peek` reads without changing visibility or receive count
+    and raises `UnsupportedOperation` where `Limits.supports_peek` is false (SQS).
+    """
+
+    async def list_queues(self, prefix: str = "") -> list[str]: ...
+
+    async def dead_letter_source_queues(self, queue: str) -> list[str]:
+        """The queues whose redrive policy names `queue` as their dead-letter queue."""
+        ...
+
+    async def peek(self, queue: str, max_messages: int) -> Sequence[ReceivedMessage]: ...
+
+    async def start_message_move_task(
+        self, source: str, *, destination: str | None = None, max_per_second: int | None = None
+    ) -> str:
+        """Start moving `source`'s messages (to where each came from, or `destination`);
+        returns the task handle."""
+        ...
+
+    async def list_message_move_tasks(
+        self, source: str, *, max_results: int = 10
+    ) -> list[MoveTask]:
+        """The most recent move tasks of `source`, newest first."""
+        ...
+
+    async def cancel_message_move_task(self, task_handle: str) -> int:
+        """Cancel a running task; returns how many messages it had moved."""
+        ...

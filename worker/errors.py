@@ -11,7 +11,8 @@
         │   └── OverLimit            too many messages in flight on the queue
         └── FatalBackendError        retrying will not help: fix the setup
             ├── QueueNotFound
-            └── AccessDenied
+            ├── AccessDenied
+            └── UnsupportedOperation the backend cannot do it (SQS cannot peek)
 
     HandlerSignal                a handler's own word on its message (not an error)
     ├── Retry(after_s)           release the message to come back after `after_s`
@@ -40,6 +41,7 @@ __all__ = [
     "RegistrationError",
     "Retry",
     "TransientBackendError",
+    "UnsupportedOperation",
     "WorkerCrashed",
 ]
 
@@ -110,6 +112,10 @@ class QueueNotFound(FatalBackendError):
 
 class AccessDenied(FatalBackendError):
     """The credentials may not perform this operation on this queue."""
+
+
+class UnsupportedOperation(FatalBackendError):
+    """The queue service has no such operation (peeking on SQS, for one)."""
 
 
 class HandlerSignal(Exception):

@@ -19,6 +19,7 @@ __all__ = [
     "Deletion",
     "EntryFailure",
     "MessageAttribute",
+    "MoveTask",
     "OutgoingMessage",
     "QueueInfo",
     "QueueSpec",
@@ -177,3 +178,24 @@ class QueueSpec:
     @property
     def fifo(self) -> bool:
         return self.name.endswith(".fifo")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MoveTask:
+    """A message move task (SQS's StartMessageMoveTask): messages moved from a dead-letter
+    queue back to their source queue, or to another queue, at a bounded rate."""
+
+    #: Given while the task runs (the handle CancelMessageMoveTask takes); None after.
+    handle: str | None
+    #: RUNNING, COMPLETED, CANCELLING, CANCELLED or FAILED.
+    status: str
+    source: str
+    #: None: each message goes back to the queue it was dead-lettered from.
+    destination: str | None
+    max_per_second: int | None
+    moved: int
+    #: How many the task found to move at its start (None when the service does not say).
+    to_move: int | None
+    failure_reason: str | None
+    #: Epoch milliseconds.
+    started_at_ms: int

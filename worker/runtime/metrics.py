@@ -7,7 +7,7 @@ zero when the queue is declared, so that `rate()` and `increase()` answer 0 rath
 data before the first event, and alert rules see a series from the first scrape.
 
 Values that are cheap to read and costly to keep current (the settle backlog, the nearest
-deadline, threads of abandoned handlers) are read at scrape time from a `Snapshot`.
+deadline, threads of abandoned handlers) are read at scrape time from a `MetricsSnapshot`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-__all__ = ["OUTCOMES", "Metrics", "Snapshot"]
+__all__ = ["OUTCOMES", "Metrics", "MetricsSnapshot"]
 
 M = TypeVar("M", Counter, Gauge, Histogram)
 
@@ -65,7 +65,7 @@ _CALL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25)
 
 
 @dataclass(frozen=True, slots=True)
-class Snapshot:
+class MetricsSnapshot:
     """What the worker holds right now, read at each scrape."""
 
     #: Seconds from now to the nearest lease deadline, per queue with a message held.
@@ -77,7 +77,7 @@ class Snapshot:
 
 
 class _AtScrape(Collector):
-    def __init__(self, prefix: str, read: Callable[[], Snapshot]) -> None:
+    def __init__(self, prefix: str, read: Callable[[], MetricsSnapshot]) -> None:
         self.prefix = prefix
         self._read = read
 
@@ -225,7 +225,7 @@ class Metrics:
         for action in ("delete", "release"):
             self.settle_calls.labels(queue, action)
 
-    def watch(self, read: Callable[[], Snapshot]) -> None:
+    def watch(self, read: Callable[[], MetricsSnapshot]) -> None:
         """Read `read()` at each scrape (once per registry: a second call is ignored)."""
         if not self._watching:
             self._watching = True

@@ -52,7 +52,7 @@ from worker.runtime.dispatcher import Dispatcher
 from worker.runtime.handlers import Executor, Observer
 from worker.runtime.lease_keeper import LeaseKeeper
 from worker.runtime.loop_lag import LoopLag
-from worker.runtime.metrics import Metrics, Snapshot
+from worker.runtime.metrics import Metrics, MetricsSnapshot
 from worker.runtime.queue_sampler import QueueSampler
 from worker.runtime.queues import STARTUP_CALL_TIMEOUTS, queue_info_at_start
 from worker.runtime.receiver import Receiver
@@ -174,7 +174,7 @@ class Supervisor:
         """Every message held right now and its lease (a copy): for the console."""
         return list(self._held.items())
 
-    def snapshot(self) -> Snapshot:
+    def snapshot(self) -> MetricsSnapshot:
         """What is held right now: read by the metrics at each scrape."""
         now = self.clock.now()
         nearest: dict[str, float] = {}
@@ -183,7 +183,7 @@ class Supervisor:
             nearest[lease.queue] = min(nearest.get(lease.queue, left), left)
         held = {(lease.queue, lease.message_id) for lease in self._held}
         abandoned = [key for key in self.executor.threads.running_keys() if key not in held]
-        return Snapshot(nearest, self.settler.pending, len(abandoned))
+        return MetricsSnapshot(nearest, self.settler.pending, len(abandoned))
 
     @property
     def handlers_running(self) -> bool:
