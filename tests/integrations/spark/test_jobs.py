@@ -3,11 +3,13 @@ whole or not at all. Real time (a Spark job is real work); every wait is bounded
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
 import anyio
 import pytest
+import structlog.testing
 
 pytest.importorskip("pyspark")
 
@@ -15,7 +17,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from worker.app import Worker
-from worker.config import LeaseConfig, WorkerConfig
+from worker.config import LeaseConfig, ShutdownConfig, WorkerConfig
 from worker.core.settlement import Outcome
 from worker.integrations.spark.jobs import JobContext, SparkJobs
 from worker.message import Message
@@ -38,6 +40,8 @@ def _write_input(spark: SparkSession, path: Path) -> None:
 
 
 def _hidden(directory: Path) -> list[str]:
+    if not directory.exists():
+        return []
     return sorted(p.name for p in directory.iterdir() if p.name.startswith("."))
 
 
@@ -83,3 +87,61 @@ async def test_a_job_longer_than_the_visibility_is_renewed_not_redelivered(
     assert written.agg(F.sum("total")).collect()[0][0] == ROWS * (ROWS - 1) // 2
     assert _hidden(output.parent) == []  # no staging output left
     print(f"job {durations[0]:.2f} s, renewals {renewals}")
+
+
+async def test_cancelling_the_handler_cancels_the_tagged_jobs_and_commits_nothing(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    output = tmp_path / "out" / "sums"
+    jobs = SparkJobs(spark, cancel_wait_s=20)
+    app = Worker(
+        WorkerConfig(
+            lease=LeaseConfig(visibility_s=5), wait_s=1, shutdown=ShutdownConfig(grace_s=0)
+        )
+    )
+    running = threading.Event()
+    ended: list[BaseException] = []
+
+    def endless_sum(spark: SparkSession, job: JobContext) -> None:
+        assert job.output is not None
+        running.set()
+        try:  # about 10 minutes of work on two cores, in the JVM only
+            spark.range(0, 10**12).selectExpr("sum(id) AS total").write.parquet(job.output)
+        except BaseException as error:
+            ended.append(error)
+            raise
+
+    @app.handler("sums")
+    async def handle(message: Message) -> None:
+        await jobs.run(message, endless_sum, output=str(output))
+
+    with structlog.testing.capture_logs() as logs:
+        async with run_worker(app) as harness:
+            await harness.send("sums", {})
+            with anyio.fail_after(60):
+                assert await anyio.to_thread.run_sync(running.wait, 60)
+                await anyio.to_thread.run_sync(
+                    _wait_for_a_running_job, spark, abandon_on_cancel=True
+                )
+            asked = time.monotonic()
+            harness.shutdown()  # grace 0: the handler is cancelled at once
+            with anyio.fail_after(30):
+                [handled] = await harness.wait_for_handled(1)
+            stopped_after = time.monotonic() - asked
+        counts = harness.engine.counts("sums")  # after the shutdown's final flush
+    assert handled.outcome is Outcome.SHUTDOWN
+    [error] = ended  # the job's thread ended with Spark's cancellation, before the handler did
+    assert "cancel" in str(error).lower()
+    [cancelled] = [entry for entry in logs if entry["event"] == "spark.job.cancelled"]
+    assert cancelled["stopped_in_s"] < 5
+    assert not output.exists()  # nothing committed
+    assert _hidden(output.parent) == []  # and the staging output removed
+    assert (counts.visible, counts.in_flight) == (1, 0)  # released for another worker
+    print(f"cancel: jobs stopped in {cancelled['stopped_in_s']} s, handler {stopped_after:.2f} s")
+
+
+def _wait_for_a_running_job(spark: SparkSession) -> None:
+    """Until Spark reports a running job (polls Spark's status tracker, which has no
+    callback in PySpark; bounded by the caller's `fail_after`)."""
+    while not spark.sparkContext.statusTracker().getActiveJobsIds():
+        time.sleep(0.05)

@@ -17,9 +17,12 @@ Rules:
   long past the visibility timeout.
 - Each run gets a job tag (`JobContext.tag`), added in the job's thread (Spark's tags are
   per thread). When the handler is cancelled (lease lost, `max_lease_s`, shutdown), the
-  tagged jobs are cancelled in Spark (`cancelJobsWithTag`) and the handler waits, shielded
-  and bounded by `cancel_wait_s`, for the job's thread to end before the cancellation goes
-  on: the message is never released while its job still writes.
+  tagged jobs are cancelled in Spark (`cancelJobsWithTag`, again every second while the
+  job's thread runs, for actions submitted after the first cancel) and the handler waits,
+  bounded by `cancel_wait_s`, for the job's thread to end before its cancellation goes on:
+  the message is not released while its job may still write. A thread still running after
+  `cancel_wait_s` is left (its staging output too) and logged `spark.job.still_running`.
+  Python UDFs run on ~2 s past a cancel (their workers finish the batch at hand).
 - With `output`, the job writes to a staging path (`JobContext.output`) that is renamed onto
   `output` only when the job returned (see `worker.integrations.spark.output`); a cancelled
   or failed job's staging output is removed. An `output` that exists already was committed
@@ -35,9 +38,8 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
-import anyio
 import structlog
 from pyspark.sql import SparkSession
 
@@ -48,6 +50,8 @@ __all__ = ["JobContext", "JobResult", "SparkJobs"]
 
 T = TypeVar("T")
 log = structlog.get_logger("worker.integrations.spark")
+#: While a cancelled job's thread runs on, its tag is cancelled again this often.
+_RECANCEL_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,55 +99,100 @@ class SparkJobs:
             log.info("spark.job.skipped", reason="output already committed")
             return JobResult(None, committed=False, skipped=True, duration_s=0.0)
         staged = StagedOutput.beside(self.spark, output) if output is not None else None
-        context = JobContext(
-            tag=f"lease-worker-{uuid.uuid4().hex}", output=staged.staging if staged else None
+        tag = f"lease-worker-{uuid.uuid4().hex}"
+        context = JobContext(tag=tag, output=staged.staging if staged else None)
+        done = _in_thread(
+            f"spark-job-{tag}", lambda: _job_then_commit(self.spark, job, context, staged)
         )
-        done = _start_thread(self.spark, job, context)
+        outcome = asyncio.wrap_future(done)
+        # Read by the cancellation path's `_stop`, not here: mark it retrieved.
+        outcome.add_done_callback(lambda future: future.cancelled() or future.exception())
         try:
-            value = await asyncio.shield(asyncio.wrap_future(done))
-            made = staged is not None and await anyio.to_thread.run_sync(staged.commit, self.spark)
+            value, made = await asyncio.shield(outcome)
         except BaseException:
-            with anyio.CancelScope(shield=True):
-                await self._stop(context.tag, done)
-                if staged is not None:
-                    await anyio.to_thread.run_sync(staged.discard, self.spark)
+            stopping = _in_thread(f"spark-stop-{tag}", lambda: self._stop(tag, done, staged))
+            await _despite_cancellation(stopping)
             raise
         duration = time.monotonic() - started
-        log.info("spark.job.finished", tag=context.tag, duration_s=round(duration, 3))
+        log.info("spark.job.finished", tag=tag, duration_s=round(duration, 3))
         return JobResult(value, committed=made, skipped=False, duration_s=duration)
 
-    async def _stop(self, tag: str, done: concurrent.futures.Future[T]) -> None:
-        """Cancel the tagged jobs of a run still going, and wait (bounded) for its thread."""
-        if done.done():
-            return
-        asked = time.monotonic()
-        await anyio.to_thread.run_sync(self.spark.sparkContext.cancelJobsWithTag, tag)
-        with anyio.move_on_after(self.cancel_wait_s) as waiting:
-            await asyncio.wait([asyncio.wrap_future(done)])
-        if waiting.cancelled_caught:
-            log.warning("spark.job.still_running", tag=tag, waited_s=self.cancel_wait_s)
-        else:
-            log.info(
-                "spark.job.cancelled", tag=tag, stopped_in_s=round(time.monotonic() - asked, 3)
-            )
+    def _stop(
+        self, tag: str, done: concurrent.futures.Future[Any], staged: StagedOutput | None
+    ) -> None:
+        """Cancel the tagged jobs of a run still going, wait (bounded) for its thread, and
+        remove its staging output. Blocking: runs in a thread of its own."""
+        if not done.done():
+            asked = time.monotonic()
+            if not self._cancel_until_done(tag, done, until=asked + self.cancel_wait_s):
+                log.warning("spark.job.still_running", tag=tag, waited_s=self.cancel_wait_s)
+                return  # its staging output is left: the job may still write there
+            stopped_in = round(time.monotonic() - asked, 3)
+            log.info("spark.job.cancelled", tag=tag, stopped_in_s=stopped_in)
+        if staged is not None:
+            staged.discard(self.spark)
+
+    def _cancel_until_done(
+        self, tag: str, done: concurrent.futures.Future[Any], *, until: float
+    ) -> bool:
+        """Cancel the tagged jobs, again every `_RECANCEL_S` while the thread runs: a job
+        function may submit its next action after a cancellation (the first action was not
+        submitted yet, or the function caught the failure). True once the thread ended."""
+        context = self.spark.sparkContext
+        while (left := until - time.monotonic()) > 0:
+            context.cancelJobsWithTag(tag)
+            try:
+                done.exception(timeout=min(left, _RECANCEL_S))
+            except concurrent.futures.TimeoutError:
+                continue
+            return True
+        return done.done()
 
 
-def _start_thread(
-    spark: SparkSession, job: Callable[[SparkSession, JobContext], T], context: JobContext
-) -> concurrent.futures.Future[T]:
-    """Run the job in a new daemon thread that carries the job tag; its future."""
+def _job_then_commit(
+    spark: SparkSession,
+    job: Callable[[SparkSession, JobContext], T],
+    context: JobContext,
+    staged: StagedOutput | None,
+) -> tuple[T, bool]:
+    """The job's thread: run it under its tag, then commit its output (in the same thread,
+    so that a cancellation waits for a commit under way: the output is whole or absent)."""
+    jsc = spark.sparkContext
+    jsc.addJobTag(context.tag)
+    try:
+        value = job(spark, context)
+    finally:
+        if jsc._jsc is not None:  # None once the session was stopped
+            jsc.removeJobTag(context.tag)
+    return value, staged is not None and staged.commit(spark)
+
+
+def _in_thread(name: str, call: Callable[[], T]) -> concurrent.futures.Future[T]:
+    """Run `call` in a new daemon thread (a job may outlive the handler; it must not keep
+    the process alive at exit); its future."""
     done: concurrent.futures.Future[T] = concurrent.futures.Future()
 
     def target() -> None:
         done.set_running_or_notify_cancel()
-        context_ = spark.sparkContext
-        context_.addJobTag(context.tag)
         try:
-            done.set_result(job(spark, context))
+            done.set_result(call())
         except BaseException as error:  # the handler's to judge, in its own task
             done.set_exception(error)
-        finally:
-            context_.removeJobTag(context.tag)
 
-    threading.Thread(target=target, name=f"spark-job-{context.tag}", daemon=True).start()
+    threading.Thread(target=target, name=name, daemon=True).start()
     return done
+
+
+async def _despite_cancellation(stopping: concurrent.futures.Future[None]) -> None:
+    """Wait for the (bounded) stop to finish although the handler's task is cancelled again
+    and again (the runtime's cancellation is level-triggered, and an anyio shield does not
+    hold off a task's own `cancel()`): the message must not be released while its job may
+    still write."""
+    waiting = asyncio.wrap_future(stopping)
+    while not waiting.done():
+        try:
+            await asyncio.shield(waiting)
+        except asyncio.CancelledError:
+            continue
+    if waiting.exception() is not None:
+        log.warning("spark.job.stop_failed", error=type(waiting.exception()).__name__)
