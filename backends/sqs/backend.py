@@ -17,6 +17,7 @@ sends and reads `backends.sqs.wire`):
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
@@ -26,6 +27,7 @@ from botocore import xform_name
 from botocore.exceptions import NoRegionError
 
 from backends.sqs import wire
+from backends.sqs.dead_letters import DeadLetterCalls
 from backends.sqs.errors import check_entry_ids, check_receive, check_visibility, map_error
 from backends.sqs.settings import DEFAULT_SYSTEM_ATTRIBUTES, SqsSettings
 from worker.backend import Limits
@@ -54,7 +56,7 @@ def _skip_user_agent_rebuild(client: Any) -> None:
         client.meta.events.unregister("request-created.sqs", handler)
 
 
-class SqsBackend:
+class SqsBackend(DeadLetterCalls):
     """`worker.backend.Backend` and `QueueAdmin` on Amazon SQS.
 
     Make one with `SqsBackend.open(...)` (an async context manager) or `await
@@ -85,9 +87,14 @@ class SqsBackend:
         """Create the client and return an open backend; the caller must `aclose()` it."""
         settings = settings or SqsSettings()
         session = AioSession(profile=settings.profile)
+        # botocore reads AWS_DEFAULT_REGION and the profile, never AWS_REGION, which the
+        # AWS SDKs and EKS pods set: it comes last.
+        region = settings.region
+        if region is None and session.get_config_variable("region") is None:
+            region = os.environ.get("AWS_REGION") or None
         creator = session.create_client(
             "sqs",
-            region_name=settings.region,
+            region_name=region,
             endpoint_url=settings.endpoint_url,
             aws_access_key_id=settings.access_key_id,
             aws_secret_access_key=settings.secret_access_key,

@@ -545,6 +545,21 @@ async def test_no_region_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 @pytest.mark.asyncio
+async def test_aws_region_alone_is_enough(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Once refused: botocore reads AWS_DEFAULT_REGION only, while the AWS SDKs, EKS pods
+    # and our own Deployment set AWS_REGION; the error message itself named AWS_REGION.
+    for name in ("AWS_DEFAULT_REGION", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent/aws-config")
+    monkeypatch.setenv("AWS_REGION", "eu-west-1")
+    backend = await SqsBackend.connect(SqsSettings(access_key_id="x", secret_access_key="y"))
+    try:
+        assert backend._client.meta.region_name == "eu-west-1"
+    finally:
+        await backend.aclose()
+
+
+@pytest.mark.asyncio
 async def test_receive_asks_for_the_attributes_the_settings_name() -> None:
     backend, client = make_backend(receive_message={"return_value": {}})
     backend = SqsBackend(client, system_attributes=("All",), message_attributes=("trace",))
