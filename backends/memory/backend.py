@@ -18,10 +18,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 
 import anyio
 import anyio.lowlevel
 
+from backends.memory.dead_letters import DeadLetterCalls
 from backends.memory.engine import MemoryEngine
 from worker.backend import Limits
 from worker.clock import Clock, LoopClock
@@ -39,8 +41,9 @@ from worker.types import (
 __all__ = ["MemoryBackend"]
 
 
-class MemoryBackend:
-    """A `Backend` and `QueueAdmin` over a `MemoryEngine`; `engine` is there for test hooks.
+class MemoryBackend(DeadLetterCalls):
+    """A `Backend`, `QueueAdmin` and `DeadLetterAdmin` over a `MemoryEngine`; `engine` is
+    there for test hooks. The engine can peek, whatever its dialect (`Limits.supports_peek`).
 
     With no engine, one is built on `clock` (default: the event loop's clock). Several
     backends may share one engine, like several clients of one SQS.
@@ -52,7 +55,8 @@ class MemoryBackend:
         elif clock is not None and clock is not engine.clock:
             raise ValueError("pass a clock or an engine (which has its clock), not both")
         self._engine = engine
-        self._limits = engine.dialect.limits  # read several times per message: made once
+        # Read several times per message: made once.
+        self._limits = replace(engine.dialect.limits, supports_peek=True)
         self._clock = engine.clock
         self._waiters: dict[str, set[anyio.Event]] = {}
         self._unsubscribe = engine.subscribe(self._on_change)

@@ -328,6 +328,17 @@ class MemoryEngine(MessageMoves):
         move = self.next_move_due()
         return timer if move is None else move if timer is None else min(timer, move)
 
+    def browse(self, queue: str, max_messages: int) -> list[ReceivedMessage]:
+        """Up to `max_messages` visible messages, oldest first, as a receive would answer
+        them but with no receipt handle, and nothing changed: no visibility, no receive
+        count (a peek, for operators; SQS has none, SMQ has BatchPeekMessage)."""
+        state = self._settled(queue, "PeekMessage")
+        found = []
+        for message_id in itertools.islice(state.visible, max_messages):
+            message = state.messages[message_id]
+            found.append(received_message(state.config, replace(message, receipt_handle="")))
+        return found
+
     # -- test hooks (not part of SQS) ---------------------------------------------------
 
     def counts(self, queue: str) -> QueueCounts:

@@ -1,7 +1,8 @@
 """The `lease-worker` command (also `python -m worker`).
 
 `lease-worker run APP` runs a worker (`worker.cli.run`); `lease-worker serve-sqs`
-serves the in-memory engine over SQS's JSON protocol (`worker.cli.serve`);
+serves the in-memory engine over SQS's protocols (`worker.cli.serve`); `lease-worker dlq`
+lists, inspects and redrives dead-letter queues (`worker.cli.dlq`);
 `lease-worker --version` prints `lease-worker <version>`.
 
 Invalid settings end the process with status 2 and one line saying which setting and why; a
@@ -14,15 +15,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import worker
+from worker.cli import dlq as dlq_command
 from worker.cli import run as run_command
 from worker.cli import serve as serve_command
 from worker.cli.loader import load_app
 from worker.cli.logging import configure_logging, resolve_format
 from worker.cli.options import check_env_values
-from worker.errors import ConfigError, FatalBackendError
+from worker.errors import BackendError, ConfigError
 
 __all__ = ["build_parser", "load_app", "main"]
 
@@ -36,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     run_command.add_parser(commands)
     serve_command.add_parser(commands)
+    dlq_command.add_parser(commands)
     return parser
 
 
@@ -45,14 +48,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "serve-sqs":
         check_env_values(parser, args, serve_command.OPTIONS)
         return serve_command.main(args)
+    if args.command == "dlq":
+        check_env_values(parser, args, dlq_command.OPTIONS)
+        configure_logging(fmt="console", level="warning")
+        return _reporting(lambda: dlq_command.main(args))
     options = [option for group in run_command.OPTIONS.values() for option in group]
     check_env_values(parser, args, options)
+    configure_logging(fmt=resolve_format(args.log_format), level=args.log_level)
+    return _reporting(lambda: run_command.run(args, argv if argv is not None else sys.argv[1:]))
+
+
+def _reporting(command: Callable[[], int]) -> int:
+    """Run `command`; a settings error is status 2 with one line, a fatal queue-service
+    error status 1 with one line."""
     try:
-        configure_logging(fmt=resolve_format(args.log_format), level=args.log_level)
-        return run_command.run(args, argv if argv is not None else sys.argv[1:])
+        return command()
     except (ConfigError, ValueError) as error:
         print(f"lease-worker: error: {error}", file=sys.stderr)
         return 2
-    except FatalBackendError as error:
+    except BackendError as error:  # fatal, or transient and given up on
         print(f"lease-worker: error: {error}", file=sys.stderr)
         return 1

@@ -44,7 +44,7 @@ from worker.ops import HealthPolicy, OpsListener
 from worker.runtime.queues import create_missing_queues
 from worker.runtime.supervisor import Supervisor
 
-__all__ = ["OPTIONS", "add_parser", "run"]
+__all__ = ["OPTIONS", "add_parser", "open_backend", "run"]
 
 _DESCRIPTION = (
     "Run APP (module:attribute naming a lease-worker Worker) until SIGTERM or SIGINT; a second "
@@ -208,7 +208,7 @@ def _queue_urls(items: Sequence[str]) -> dict[str, str]:
     return urls
 
 
-async def _open_backend(args: argparse.Namespace) -> Backend:
+async def open_backend(args: argparse.Namespace) -> Backend:
     options = ConnectOptions(
         region=args.region, endpoint_url=args.endpoint_url, queue_urls=_queue_urls(args.queue_url)
     )
@@ -216,7 +216,7 @@ async def _open_backend(args: argparse.Namespace) -> Backend:
 
 
 async def _serve(app: Worker, args: argparse.Namespace) -> None:
-    backend = await _open_backend(args)
+    backend = await open_backend(args)
     if BACKENDS[args.backend].embedded:
         app.startup_hooks.append(lambda context: create_missing_queues(app, context.backend))
     ops = args.ops_port is not None
