@@ -249,6 +249,15 @@ class QueueCatalog:
     def permissions(self, queue: str) -> dict[str, Permission]:
         return dict(self._queue(queue, "GetQueueAttributes").permissions)
 
+    def kept_attributes(self, queue: str) -> dict[str, str]:
+        """Attributes stored for a front end (`keep_attributes`), unmodelled here."""
+        return dict(self._queue(queue, "GetQueueAttributes").kept_attributes)
+
+    def keep_attributes(self, queue: str, attributes: Mapping[str, str]) -> None:
+        """Store attributes the engine does not model (SQS's Policy, KMS settings...), so
+        that they live, and are saved, with the queue."""
+        self._queue(queue, "SetQueueAttributes").kept_attributes.update(attributes)
+
     def dead_letter_source_queues(self, queue: str) -> list[str]:
         """Names of the queues whose redrive policy names `queue` as their DLQ, sorted."""
         name = self._queue(queue, "ListDeadLetterSourceQueues").config.name

@@ -37,6 +37,12 @@ class DeduplicationWindow:
         return entry[1]
 
     def remember(self, dedup_id: str, message_id: str, now: float) -> None:
-        expires_at = now + DEDUPLICATION_WINDOW_S
+        self.restore(dedup_id, message_id, now + DEDUPLICATION_WINDOW_S)
+
+    def restore(self, dedup_id: str, message_id: str, expires_at: float) -> None:
         self._ids[dedup_id] = (expires_at, message_id)
         heapq.heappush(self._expiries, (expires_at, dedup_id))
+
+    def entries(self) -> list[tuple[str, str, float]]:
+        """(deduplication id, message id, window end) of every id remembered."""
+        return [(dedup_id, entry[1], entry[0]) for dedup_id, entry in self._ids.items()]

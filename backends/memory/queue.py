@@ -89,10 +89,13 @@ class Queue:
         self.deduplication = DeduplicationWindow()
         self.attempts = ReceiveAttempts()
         self.tags: dict[str, str] = {}
+        #: Attributes a front end keeps for a queue without the engine modelling them.
+        self.kept_attributes: dict[str, str] = {}
         #: AddPermission grants by label.
         self.permissions: dict[str, Permission] = {}
         self._tiebreak = itertools.count()
-        self._sequence = itertools.count(1)
+        #: The next FIFO sequence number (a plain int, so a snapshot can carry it on).
+        self.next_sequence = 1
 
     # -- time ---------------------------------------------------------------------------
 
@@ -124,7 +127,8 @@ class Queue:
         """Store a new message; it is VISIBLE at once unless `visible_at` is later than now."""
         self.messages[message.message_id] = message
         if self.config.fifo:
-            message.sequence_number = f"{next(self._sequence):020d}"
+            message.sequence_number = f"{self.next_sequence:020d}"
+            self.next_sequence += 1
         self._groups.add(message)
         heapq.heappush(self._expiries, (expires_at, next(self._tiebreak), message.message_id))
         if len(self._expiries) > 2 * len(self.messages) + 64:
@@ -136,6 +140,26 @@ class Queue:
             self.delayed.add(message.message_id)
             self._push_timer(message)
         else:
+            self._make_visible(message)
+
+    def restore(self, message: Message, *, expires_at: float) -> None:
+        """Put back a saved message in its saved state, handle and all
+        (`backends.memory.snapshot`); call `settle` once all are back."""
+        self.messages[message.message_id] = message
+        self._groups.add(message)
+        heapq.heappush(self._expiries, (expires_at, next(self._tiebreak), message.message_id))
+        if message.state is MessageState.IN_FLIGHT:
+            assert message.receipt_handle is not None, "a message in flight has a handle"
+            self.handles[message.receipt_handle] = message.message_id
+            self.in_flight.add(message.message_id)
+            self._push_timer(message)
+            self._groups.took_flight(message)
+        elif message.state is MessageState.DELAYED:
+            self.delayed.add(message.message_id)
+            self._push_timer(message)
+        else:
+            if message.receipt_handle is not None:
+                self.handles[message.receipt_handle] = message.message_id
             self._make_visible(message)
 
     def remove(self, message: Message) -> None:

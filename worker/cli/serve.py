@@ -1,4 +1,5 @@
-"""`lease-worker serve-sqs`: the in-memory engine over SQS's JSON protocol until signalled.
+"""`lease-worker serve-sqs`: the in-memory engine over SQS's JSON and query protocols until
+signalled (docs/sqs-compatibility.md says what differs from SQS).
 
 SIGTERM or SIGINT ends it with status 0; invalid settings exit 2 with one line; a port that
 cannot be bound exits 1.
@@ -10,6 +11,7 @@ import argparse
 import functools
 import signal
 import sys
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -18,6 +20,7 @@ import structlog
 from backends.memory import MemoryEngine
 from backends.memory.handles import HandleRules
 from backends.serve.sqs import serve_sqs
+from backends.serve.sqs.persist import load_snapshot, persist_every
 from worker.cli.logging import configure_logging, resolve_format
 from worker.cli.options import LOG_OPTIONS, Option, add_options
 from worker.clock import LoopClock
@@ -27,9 +30,9 @@ from worker.types import QueueSpec
 __all__ = ["OPTIONS", "add_parser", "main"]
 
 _DESCRIPTION = (
-    "Serve the in-memory SQS engine over SQS's JSON protocol, for any SQS client (boto3, "
-    "aiobotocore, the AWS SDKs) at --endpoint-url http://HOST:PORT. Requests are not "
-    "authenticated: keep it on loopback unless the network is yours."
+    "Serve the in-memory SQS engine over SQS's JSON and query protocols, for any SQS client "
+    "(boto3, aiobotocore, the AWS SDKs, old and new) at --endpoint-url http://HOST:PORT. "
+    "Requests are not authenticated: keep it on loopback unless the network is yours."
 )
 
 
@@ -39,7 +42,7 @@ OPTIONS: tuple[Option, ...] = (*LOG_OPTIONS,)
 def add_parser(commands: Any) -> None:
     serve = commands.add_parser(
         "serve-sqs",
-        help="serve the in-memory engine over SQS's JSON protocol until SIGTERM/SIGINT",
+        help="serve the in-memory engine as SQS (JSON and query protocols) until SIGTERM/SIGINT",
         description=_DESCRIPTION,
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
@@ -62,6 +65,23 @@ def add_parser(commands: Any) -> None:
         ),
     )
     serve.add_argument(
+        "--persist",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help=(
+            "keep the queues and messages in PATH: read at start, written atomically every "
+            "--persist-every seconds and at stop (default: memory only)"
+        ),
+    )
+    serve.add_argument(
+        "--persist-every",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="how often --persist writes PATH (default: 5)",
+    )
+    serve.add_argument(
         "--queue",
         action="append",
         default=[],
@@ -76,6 +96,8 @@ def main(args: argparse.Namespace) -> int:
         configure_logging(fmt=resolve_format(args.log_format), level=args.log_level)
         if args.max_in_flight < 1:
             raise ConfigError(f"--max-in-flight={args.max_in_flight}: must be >= 1")
+        if args.persist_every <= 0:
+            raise ConfigError(f"--persist-every={args.persist_every}: must be > 0")
         if not 0 <= args.port <= 65_535:
             raise ConfigError(f"--port={args.port}: must be a port number from 0 to 65535")
         anyio.run(_serve, args)
@@ -97,7 +119,12 @@ async def _serve(args: argparse.Namespace) -> None:
         max_in_flight=args.max_in_flight,
         handle_rules=HandleRules(args.receipt_handles),
     )
+    if args.persist is not None and load_snapshot(engine, args.persist):
+        restored = len(engine.list_queues())
+        structlog.get_logger("lease_worker.cli").info("sqs_endpoint.restored", queues=restored)
     for name in args.queue:
+        if name in engine.list_queues():
+            continue  # restored from --persist
         try:
             engine.create_queue(QueueSpec(name))
         except FatalBackendError as error:
@@ -105,6 +132,8 @@ async def _serve(args: argparse.Namespace) -> None:
     log = structlog.get_logger("lease_worker.cli")
     serve = functools.partial(serve_sqs, engine, host=args.host, port=args.port)
     async with anyio.create_task_group() as tasks:
+        if args.persist is not None:
+            tasks.start_soon(persist_every, engine, args.persist, args.persist_every)
         # Listening before the server starts: a signal right after start-up is not lost.
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             url = await tasks.start(serve)

@@ -51,7 +51,6 @@ class SqsService:
         self._engine = backend.engine
         self._region = region
         self._account = account
-        self._kept: dict[str, Mapping[str, str]] = {}
         #: Requests served, by operation (known operations only): `GET /_stats` shows them.
         self.requests: Counter[str] = Counter()
         self._operations: dict[str, _Operation] = {
@@ -115,9 +114,10 @@ class SqsService:
                 max_message_bytes=settings.max_message_bytes,
                 tags=create_queue_tags(params),
             )
-            self._kept[name] = settings.kept
+            self._engine.keep_attributes(name, settings.kept)
         else:
-            wire_queues.check_same(current, settings, self._kept.get(current.config.name, {}))
+            kept = self._engine.kept_attributes(current.config.name)
+            wire_queues.check_same(current, settings, kept)
         return {"QueueUrl": self._url(base_url, name)}
 
     async def get_queue_url(self, params: Mapping[str, Any], base_url: str) -> Answer:
@@ -135,7 +135,7 @@ class SqsService:
         if not names:
             return {}
         every = wire_queues.queue_attributes_to_wire(
-            description, self._kept.get(name, {}), self.arn
+            description, self._engine.kept_attributes(name), self.arn
         )
         if "All" not in names:
             every = {k: v for k, v in every.items() if k in names}
@@ -155,7 +155,7 @@ class SqsService:
             content_based_deduplication=settings.content_based_deduplication,
             max_message_bytes=settings.max_message_bytes,
         )
-        self._kept[name] = {**self._kept.get(name, {}), **settings.kept}
+        self._engine.keep_attributes(name, settings.kept)
         return None
 
     async def list_queues(self, params: Mapping[str, Any], base_url: str) -> Answer:
@@ -177,7 +177,6 @@ class SqsService:
     async def delete_queue(self, params: Mapping[str, Any], base_url: str) -> Answer:
         name = self._queue(params)
         await self._backend.delete_queue(name)
-        self._kept.pop(name, None)
         return None
 
     async def purge_queue(self, params: Mapping[str, Any], base_url: str) -> Answer:
@@ -247,7 +246,8 @@ class SqsService:
         name = self._queue(params)
         wait_s = wire_members.integer(params, "WaitTimeSeconds")
         if wait_s is None:
-            wait_s = int(self._kept.get(name, {}).get("ReceiveMessageWaitTimeSeconds", 0))
+            kept = self._engine.kept_attributes(name)
+            wait_s = int(kept.get("ReceiveMessageWaitTimeSeconds", 0))
         most = wire_members.integer(params, "MaxNumberOfMessages")
         system = wire_messages.system_attribute_filter(params)
         user = wire_messages.message_attribute_filter(params)

@@ -1,0 +1,110 @@
+"""`serve-sqs --persist PATH` as real processes: state survives a stop and a crash (written
+every --persist-every seconds and at stop), and a file that does not read stops the start."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from botocore.config import Config
+
+from tests.backends.serve.test_bad_requests import ROOT, WAIT_S, free_port
+from tests.json_log import JsonLog
+
+pytestmark = pytest.mark.process
+
+
+class Serving:
+    def __init__(self, state: Path, *extra: str) -> None:
+        self.port = free_port()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LEASE_WORKER_")}
+        command = [sys.executable, "-m", "worker", "serve-sqs", "--log-format", "json"]
+        self.proc = subprocess.Popen(
+            [*command, "--port", str(self.port), "--persist", str(state), *extra],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.log = JsonLog(self.proc, WAIT_S)
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def started(self) -> Any:
+        self.log.next(lambda e: e.get("event") == "sqs_endpoint.started", "the start")
+        return boto3.client(
+            "sqs",
+            endpoint_url=self.url,
+            region_name="us-east-1",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+            config=Config(retries={"total_max_attempts": 1}),
+        )
+
+    def stop(self, signum: int = signal.SIGTERM) -> int:
+        self.proc.send_signal(signum)
+        return self.proc.wait(timeout=WAIT_S)
+
+
+@pytest.fixture
+def servers() -> Iterator[list[Serving]]:
+    started: list[Serving] = []
+    yield started
+    for server in started:
+        if server.proc.poll() is None:
+            server.proc.kill()
+            server.proc.wait(timeout=WAIT_S)
+
+
+def test_state_survives_a_stop_and_a_crash(tmp_path: Path, servers: list[Serving]) -> None:
+    state = tmp_path / "state.json"
+    servers.append(Serving(state, "--queue", "jobs"))
+    sqs = servers[-1].started()
+    url = sqs.get_queue_url(QueueName="jobs")["QueueUrl"]
+    sqs.tag_queue(QueueUrl=url, Tags={"team": "a"})
+    sent = sqs.send_message(QueueUrl=url, MessageBody="kept")["MessageId"]
+    assert servers[-1].stop() == 0
+
+    servers.append(Serving(state, "--queue", "jobs", "--persist-every", "0.1"))
+    sqs = servers[-1].started()
+    assert sqs.list_queue_tags(QueueUrl=url)["Tags"] == {"team": "a"}
+    [message] = sqs.receive_message(QueueUrl=url)["Messages"]
+    assert (message["MessageId"], message["Body"]) == (sent, "kept")
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+    second = sqs.send_message(QueueUrl=url, MessageBody="after")["MessageId"]
+    deadline = time.monotonic() + WAIT_S
+    while second not in state.read_text():  # the periodic write, not the one at stop
+        assert time.monotonic() < deadline, "no periodic write"
+        time.sleep(0.05)
+    servers[-1].stop(signal.SIGKILL)
+
+    servers.append(Serving(state))
+    sqs = servers[-1].started()
+    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+    assert [m["MessageId"] for m in got] == [second]
+    assert not list(tmp_path.glob(".*.tmp"))  # atomic writes leave no temporary behind
+
+
+def test_a_snapshot_that_does_not_read_stops_the_start(tmp_path: Path) -> None:
+    state = tmp_path / "state.json"
+    state.write_text('{"format": "lease-worker-engine/1", "queues": [{}]}')
+    done = subprocess.run(
+        [sys.executable, "-m", "worker", "serve-sqs", "--port", "0", "--persist", str(state)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+        check=False,
+    )
+    assert done.returncode == 2
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("lease-worker: error: ") and str(state) in line
