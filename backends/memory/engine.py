@@ -212,9 +212,9 @@ class MemoryEngine(MessageMoves):
             visibility_s = state.config.visibility_timeout_s
         rules.check_receive(name, max_messages, visibility_s, self.dialect)
         if attempt_id is not None and state.config.fifo:
-            retried = self._retried(state, attempt_id, visibility_s)
+            retried = state.retry_attempt(attempt_id, visibility_s, self.clock.now())
             if retried is not None:
-                return retried
+                return [received_message(state.config, message) for message in retried]
         room = self.max_in_flight - len(state.in_flight)
         if room <= 0 and not long_poll:
             raise OverLimit(
@@ -230,32 +230,8 @@ class MemoryEngine(MessageMoves):
             self._store_redriven(state, taken.redriven)
         if attempt_id is not None and state.config.fifo and taken.delivered:
             now = self.clock.now()
-            state.attempts.remember(attempt_id, _taken(taken.delivered), now + ATTEMPT_WINDOW_S)
+            state.remember_attempt(attempt_id, taken.delivered, now + ATTEMPT_WINDOW_S)
         return [received_message(state.config, message) for message in taken.delivered]
-
-    def _retried(
-        self, state: Queue, attempt_id: str, visibility_s: int
-    ) -> list[ReceivedMessage] | None:
-        """The messages of an earlier receive with `attempt_id`, their visibility timeout
-        started again; None when there was none, or one of them was modified since."""
-        now = self.clock.now()
-        attempt = state.attempts.recall(attempt_id, now)
-        if attempt is None:
-            return None
-        messages = [state.messages.get(message_id) for message_id, _, _ in attempt.taken]
-        for message, (_, handle, generation) in zip(messages, attempt.taken, strict=True):
-            if (
-                message is None
-                or message.state is not MessageState.IN_FLIGHT
-                or message.receipt_handle != handle
-                or message.generation != generation
-            ):
-                return None
-        kept = [message for message in messages if message is not None]
-        for message in kept:
-            state.set_visible_at(message, now + visibility_s, now)
-        state.attempts.remember(attempt_id, _taken(kept), attempt.expires_at)
-        return [received_message(state.config, message) for message in kept]
 
     def change_visibility(self, queue: str, entries: Sequence[VisibilityChange]) -> BatchResult:
         """Extend or release leases; visibility 0 makes a message visible at once."""
@@ -406,7 +382,3 @@ class MemoryEngine(MessageMoves):
             )
             target.add(moved, now, expires_at=moved.sent_at + target.config.retention_s)
         self._notify(target.config.name)
-
-
-def _taken(messages: Sequence[Message]) -> tuple[tuple[str, str, int], ...]:
-    return tuple((m.message_id, str(m.receipt_handle), m.generation) for m in messages)

@@ -162,6 +162,33 @@ class Queue:
                 self.handles[message.receipt_handle] = message.message_id
             self._make_visible(message)
 
+    # -- FIFO receive attempts (`backends.memory.attempts`) --------------------------------
+
+    def remember_attempt(self, attempt_id: str, taken: list[Message], expires_at: float) -> None:
+        self.attempts.remember(attempt_id, _taken(taken), expires_at)
+
+    def retry_attempt(self, attempt_id: str, visibility_s: int, now: float) -> list[Message] | None:
+        """The messages of an earlier receive with `attempt_id`, their visibility timeout
+        started again; None when there was none, or one of them was modified since."""
+        attempt = self.attempts.recall(attempt_id, now)
+        if attempt is None:
+            return None
+        kept: list[Message] = []
+        for message_id, handle, generation in attempt.taken:
+            message = self.messages.get(message_id)
+            if (
+                message is None
+                or message.state is not MessageState.IN_FLIGHT
+                or message.receipt_handle != handle
+                or message.generation != generation
+            ):
+                return None
+            kept.append(message)
+        for message in kept:
+            self.set_visible_at(message, now + visibility_s, now)
+        self.remember_attempt(attempt_id, kept, attempt.expires_at)
+        return kept
+
     def remove(self, message: Message) -> None:
         """Forget a message, wherever it is (deletion, expiry, redrive)."""
         message_id = message.message_id
@@ -337,3 +364,7 @@ class Queue:
         message.generation += 1
         self._push_timer(message)
         self._groups.took_flight(message)
+
+
+def _taken(messages: list[Message]) -> tuple[tuple[str, str, int], ...]:
+    return tuple((m.message_id, str(m.receipt_handle), m.generation) for m in messages)
