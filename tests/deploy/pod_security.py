@@ -3,7 +3,8 @@
 `restricted_findings` follows the profile as published for Kubernetes 1.33
 (https://kubernetes.io/docs/concepts/security/pod-security-standards/): every baseline
 control, then the restricted ones. A container-level setting may stand in for a pod-level
-one where the standard allows it (runAsNonRoot, seccompProfile).
+one where the standard allows it (runAsNonRoot, seccompProfile). Only the pod spec is read:
+the legacy AppArmor annotations on the pod's metadata are not (the kit sets none).
 
 `house_findings` asks more of the worker than the standard does: a read-only root
 filesystem, both IDs fixed and non-zero, seccomp stated at pod and container level, no
