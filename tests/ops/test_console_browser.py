@@ -128,6 +128,10 @@ def test_the_console_shows_live_leases(worker_port: int, browser: webdriver.Chro
     )
     assert state.startswith("running") and in_flight.startswith("in flight ")
     assert in_flight.endswith("of 50 (queue quota 120,000)")
+    dead = (
+        "return document.querySelector('#dead-letters tr[data-queue=\"orders-dlq\"]')?.textContent"
+    )
+    wait.until(lambda d: "orders" in (d.execute_script(dead) or ""))  # listed every 5 s
     target = os.environ.get("LEASE_WORKER_SCREENSHOT")
     if target:  # a minute of history first, for the plot
         status_url = f"http://127.0.0.1:{worker_port}/api/status"

@@ -306,6 +306,7 @@ def _ops_listener(
         host=args.ops_addr,
         policy=policy,
         console_bodies=args.console_bodies,
+        console_token=os.environ.get("LEASE_WORKER_CONSOLE_TOKEN") or None,
     )
 
 

@@ -8,6 +8,8 @@
   (`worker.ops.health`).
 - `GET /`, `GET /api/status`: the live console (`worker.ops.console`), read-only; message
   bodies only with `console_bodies=True` (`--console-bodies`).
+- `GET /api/dlq`, `POST /api/dlq/redrive`: this worker's dead-letter queues, and their
+  redrive, which needs `console_token` (`worker.ops.console_actions`).
 - Any other path: 404; another method: 405.
 
 It serves from the worker's own event loop: an answer at all means the loop runs. It binds
@@ -32,6 +34,7 @@ from prometheus_client.registry import Collector
 
 from worker.errors import ConfigError
 from worker.ops.console import add_console_routes
+from worker.ops.console_actions import add_dead_letter_routes
 from worker.ops.health import HealthPolicy, Verdict, liveness, readiness
 from worker.ops.history import History, read_counts
 from worker.ops.status import status
@@ -55,6 +58,7 @@ class OpsListener:
         policy: HealthPolicy | None = None,
         registries: Sequence[CollectorRegistry] | None = None,
         console_bodies: bool = False,
+        console_token: str | None = None,
         history: History | None = None,
     ) -> None:
         if not 0 <= port <= 65_535:
@@ -80,6 +84,7 @@ class OpsListener:
                 supervisor, self._history, started_at=self._started_at, bodies=console_bodies
             ),
         )
+        add_dead_letter_routes(app, supervisor, token=console_token or None)
         self._tasks: TaskGroup | None = None
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=_CLOSE_TIMEOUT_S)
         self.port: int | None = None

@@ -125,5 +125,56 @@ async function refresh() {
   }
 }
 
+// Dead-letter queues: listed every 5 s; a redrive needs the worker's console token (kept
+// in this tab's sessionStorage) and the queue's name typed back.
+async function redrive(queue) {
+  let token = sessionStorage.getItem("lease-worker-token");
+  if (!token) token = window.prompt("Console token (LEASE_WORKER_CONSOLE_TOKEN):") || "";
+  const typed = window.prompt(`Move every message of ${queue} back to its source queue? Type ${queue} to confirm:`);
+  if (typed === null) return;
+  const answer = await fetch("/api/dlq/redrive", {
+    method: "POST",
+    headers: { "Content-Type": "application/json", "Authorization": "Bearer " + token },
+    body: JSON.stringify({ queue, confirm: typed }),
+  });
+  const result = await answer.json();
+  if (answer.ok) sessionStorage.setItem("lease-worker-token", token);
+  else if (answer.status === 401) sessionStorage.removeItem("lease-worker-token");
+  window.alert(answer.ok ? `Move task started on ${queue}.` : `Refused (${answer.status}): ${result.error}`);
+  refreshDeadLetters();
+}
+
+async function refreshDeadLetters() {
+  const body = document.querySelector("#dead-letters tbody");
+  try {
+    const answer = await fetch("/api/dlq", { cache: "no-store" });
+    const listing = await answer.json();
+    body.replaceChildren();
+    for (const q of listing.dead_letter_queues || []) {
+      const row = el("tr", { "data-queue": q.queue });
+      const task = q.tasks.length ? `${q.tasks[0].status} (${q.tasks[0].moved} moved)` : "none";
+      const action = el("td");
+      if (listing.actions && q.visible > 0) {
+        const button = el("button", { type: "button" }, "Redrive…");
+        button.addEventListener("click", () => redrive(q.queue));
+        action.append(button);
+      }
+      row.append(el("td", {}, q.queue), el("td", {}, q.sources.join(", ")),
+        el("td", { class: "num" }, String(q.visible)), el("td", { class: "num" }, String(q.in_flight)),
+        el("td", {}, task), action);
+      body.append(row);
+    }
+    if (!body.children.length) {
+      const none = el("tr");
+      none.append(el("td", { colspan: "6" }, "none"));
+      body.append(none);
+    }
+  } catch (error) {
+    body.replaceChildren();
+  }
+}
+
 refresh();
+refreshDeadLetters();
 setInterval(refresh, 1000);
+setInterval(refreshDeadLetters, 5000);
