@@ -26,28 +26,12 @@ class _Calls(Protocol):
 
 class DeadLetterCalls:
     async def list_queues(self: _Calls, prefix: str = "") -> list[str]:
-        params: dict[str, Any] = {"MaxResults": 1000}
-        if prefix:
-            params["QueueNamePrefix"] = prefix
-        names: list[str] = []
-        while True:
-            response = await self._call("ListQueues", prefix, **params)
-            names += [queue_name(url) for url in response.get("QueueUrls") or []]
-            token = response.get("NextToken")
-            if not token:
-                return names
-            params["NextToken"] = token
+        params: dict[str, Any] = {"QueueNamePrefix": prefix} if prefix else {}
+        return await _names(self, "ListQueues", prefix, "QueueUrls", params)
 
     async def dead_letter_source_queues(self: _Calls, queue: str) -> list[str]:
-        params: dict[str, Any] = {"QueueUrl": await self._url(queue), "MaxResults": 1000}
-        names: list[str] = []
-        while True:
-            response = await self._call("ListDeadLetterSourceQueues", queue, **params)
-            names += [queue_name(url) for url in response.get("queueUrls") or []]
-            token = response.get("NextToken")
-            if not token:
-                return names
-            params["NextToken"] = token
+        params = {"QueueUrl": await self._url(queue)}
+        return await _names(self, "ListDeadLetterSourceQueues", queue, "queueUrls", params)
 
     async def peek(self, queue: str, max_messages: int) -> Sequence[ReceivedMessage]:
         raise UnsupportedOperation(
@@ -85,6 +69,21 @@ class DeadLetterCalls:
     async def cancel_message_move_task(self: _Calls, task_handle: str) -> int:
         response = await self._call("CancelMessageMoveTask", "", TaskHandle=task_handle)
         return int(response.get("ApproximateNumberOfMessagesMoved", 0))
+
+
+async def _names(
+    calls: _Calls, operation: str, queue: str, key: str, params: dict[str, Any]
+) -> list[str]:
+    """Every page of a listing of queue URLs (1,000 a page), as queue names."""
+    params = {**params, "MaxResults": 1000}
+    names: list[str] = []
+    while True:
+        response = await calls._call(operation, queue, **params)
+        names += [queue_name(url) for url in response.get(key) or []]
+        token = response.get("NextToken")
+        if not token:
+            return names
+        params["NextToken"] = token
 
 
 def move_task_from_wire(raw: dict[str, Any]) -> MoveTask:
