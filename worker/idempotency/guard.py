@@ -85,6 +85,8 @@ class Idempotency:
 
     `store_timeout_s`: a store call not answered in this long is a store error.
     `retry_after_s`: after a store error before the handler, the message comes back then.
+    `clock_skew_s`: how far the workers' wall clocks may differ (NTP: well under a second);
+    a claim is judged live that much past its heartbeat, so a takeover waits that long more.
     `clock`: the worker's time (default: the event loop's).
     """
 
@@ -94,6 +96,7 @@ class Idempotency:
         *,
         store_timeout_s: float = 5.0,
         retry_after_s: float = 5.0,
+        clock_skew_s: float = 1.0,
         clock: Clock | None = None,
     ) -> None:
         if not isinstance(store, IdempotencyStore):
@@ -101,6 +104,9 @@ class Idempotency:
         for name, value in (("store_timeout_s", store_timeout_s), ("retry_after_s", retry_after_s)):
             if not (isinstance(value, int | float) and 0 < value < math.inf):
                 raise RegistrationError(f"{name}={value!r}: must be a positive number")
+        if not (isinstance(clock_skew_s, int | float) and 0 <= clock_skew_s < math.inf):
+            raise RegistrationError(f"clock_skew_s={clock_skew_s!r}: must be a number >= 0")
+        self.clock_skew_s = float(clock_skew_s)
         self.store = store
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
         self.store_timeout_s = float(store_timeout_s)
@@ -301,7 +307,9 @@ class IdempotencyGuard:
                 beat = idem.heartbeat.confirmed_until
             else:
                 beat = await idem.call("beat_of", lambda: idem.store.beat_of(found.owner))
-        judgement = judge(found, now=wall, beat_until=beat, body=claim.body_hash)
+        judgement = judge(
+            found, now=wall, beat_until=beat, body=claim.body_hash, skew_s=idem.clock_skew_s
+        )
         queue = message.queue
         if judgement.verdict is Verdict.MISMATCH:
             raise PayloadMismatch(queue, message.message_id)
@@ -314,8 +322,7 @@ class IdempotencyGuard:
             idem.metrics.busy.labels(queue).inc()
             # Back once the owner's heartbeat would have run out had it stopped.
             raise Retry(
-                max(1.0, math.ceil(judgement.live_until - wall) + 1.0),
-                "idempotency: claimed elsewhere",
+                max(1.0, math.ceil(judgement.live_until - wall)), "idempotency: claimed elsewhere"
             )
         if await idem.call("replace", lambda: idem.store.replace(claim, token=found.token)):
             idem.metrics.takeovers.labels(queue).inc()

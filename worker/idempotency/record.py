@@ -4,7 +4,8 @@ Rules (times are wall-clock seconds, since records are shared between processes)
 - A key's record is IN_PROGRESS (a claim: owner, token, `stale_at`) or COMPLETED (kept
   until `expires_at`, the completion's TTL).
 - An in-progress claim is live while its owner's heartbeat is (`beat_until`, refreshed at
-  the lease cadence by the owning process) and `stale_at` has not passed. `stale_at` is the
+  the lease cadence by the owning process) and `stale_at` has not passed, each give or
+  take the clock skew allowed between workers (`skew_s`: live that much longer). `stale_at` is the
   claiming lease's hard cap (`max_lease_s` from its receive); an owner that lets a claim go
   (its lease was lost, capped, or shut down) moves it to the moment it let go. So a crashed
   owner's claims go stale when its heartbeat runs out, a lapsed lease's claim at once, and
@@ -103,11 +104,20 @@ class Judgement:
     live_until: float = 0.0
 
 
-def judge(record: Record, *, now: float, beat_until: float | None, body: str | None) -> Judgement:
+def judge(
+    record: Record,
+    *,
+    now: float,
+    beat_until: float | None,
+    body: str | None,
+    skew_s: float = 0.0,
+) -> Judgement:
     """What a worker holding a message of `record.key` makes of `record` at `now`.
 
     `beat_until`: the owner's heartbeat (None: none found); `body`: the message's body hash,
-    or None when payloads are not validated.
+    or None when payloads are not validated; `skew_s`: how far the owner's clock may lag
+    ours (a claim is live that long past its times: a reader whose clock runs ahead must not
+    call a live claim stale).
     """
     if body is not None and record.body_hash is not None and body != record.body_hash:
         return Judgement(Verdict.MISMATCH)
@@ -115,9 +125,12 @@ def judge(record: Record, *, now: float, beat_until: float | None, body: str | N
         if now < record.expires_at:
             return Judgement(Verdict.COMPLETED)
         return Judgement(Verdict.STALE)
-    if beat_until is None or now >= min(beat_until, record.stale_at):
+    if beat_until is None:
         return Judgement(Verdict.STALE)
-    return Judgement(Verdict.LIVE, min(beat_until, record.stale_at))
+    live_until = min(beat_until, record.stale_at) + skew_s
+    if now >= live_until:
+        return Judgement(Verdict.STALE)
+    return Judgement(Verdict.LIVE, live_until)
 
 
 def body_hash(raw_body: str) -> str:
