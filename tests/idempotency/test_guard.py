@@ -15,7 +15,7 @@ import pytest
 
 from backends.memory import MemoryBackend
 from tests.idempotency.fakes import FaultyStore, LossyBackend
-from worker import LeaseConfig, Message, Outcome, Worker, WorkerConfig
+from worker import LeaseConfig, Message, Outcome, ShutdownConfig, Worker, WorkerConfig
 from worker.errors import RegistrationError
 from worker.idempotency import Idempotency, MemoryStore, RecordState
 from worker.testing import run_worker
@@ -301,3 +301,25 @@ async def test_a_completion_cut_short_by_a_cancellation_is_still_written() -> No
     assert record.outcome is Outcome.LEASE_LOST
     stored = inner.get(f"jobs:{message_id}")
     assert stored is not None and stored.state is RecordState.COMPLETED
+
+
+async def test_a_shutdown_removes_the_claims_it_cancels_and_ends_the_heartbeat() -> None:
+    store = MemoryStore()
+    idempotency = Idempotency(store)
+    app = Worker(WorkerConfig(lease=LEASE, shutdown=ShutdownConfig(grace_s=1)))
+    started = anyio.Event()
+
+    @app.handler("jobs", idempotent=idempotency.guard())
+    async def job(message: Message) -> None:
+        started.set()
+        await anyio.sleep(1_000)
+
+    async with run_worker(app) as harness:
+        message_id = await harness.send("jobs", {"n": 1})
+        await started.wait()
+        assert store.get(f"jobs:{message_id}") is not None
+    [record] = harness.handled
+    assert record.outcome is Outcome.SHUTDOWN
+    assert store.get(f"jobs:{message_id}") is None  # released: another worker runs it at once
+    beat = await store.beat_of(idempotency.owner)
+    assert beat is not None and beat <= idempotency.wall()

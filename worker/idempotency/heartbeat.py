@@ -29,8 +29,10 @@ from worker.idempotency.store import IdempotencyStore, StoreError
 
 __all__ = ["Heartbeat"]
 
-#: At the stop, how long the last writes may take.
-_FLUSH_S = 5.0
+#: At the stop, how long the last writes may take. The task is stopped after the worker's
+#: own bounded shutdown (grace + flush) and adds this to it: short. What is deferred during
+#: the shutdown was sent already, while the task ran; this is for a store that was slow.
+_FLUSH_S = 1.0
 
 Write = Callable[[], Awaitable[object]]
 
