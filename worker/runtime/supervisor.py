@@ -83,7 +83,7 @@ class Supervisor:
         observers: list[Observer] | None = None,
         logger: Any = None,
         sample_queues_every_s: float | None = None,
-        loop_lag_interval_s: float = 1.0,
+        loop_lag_interval_s: float = 5.0,
     ) -> None:
         if not len(app.registry):
             raise ConfigError(
