@@ -15,7 +15,15 @@ import pytest
 
 from backends.memory import MemoryBackend
 from tests.idempotency.fakes import FaultyStore, LossyBackend
-from worker import LeaseConfig, Message, Outcome, ShutdownConfig, Worker, WorkerConfig
+from worker import (
+    LeaseConfig,
+    LoopClock,
+    Message,
+    Outcome,
+    ShutdownConfig,
+    Worker,
+    WorkerConfig,
+)
 from worker.errors import RegistrationError
 from worker.idempotency import Idempotency, MemoryStore, RecordState
 from worker.testing import run_worker
@@ -81,11 +89,12 @@ async def test_two_workers_holding_one_message_never_run_it_at_once(
     starts: list[tuple[str, float]] = []
     finished: list[str] = []
     started, done = anyio.Event(), anyio.Event()
+    clock = LoopClock()  # one wall clock for both workers (each LoopClock fixes its own)
 
     def make_app(name: str, max_in_flight: int) -> Worker:
         app = Worker(WorkerConfig(lease=LEASE, max_in_flight=max_in_flight), name=name)
 
-        @app.handler("jobs", idempotent=Idempotency(store).guard())
+        @app.handler("jobs", idempotent=Idempotency(store, clock=clock).guard())
         async def job(message: Message) -> None:
             running[message.message_id] += 1
             most[message.message_id] = max(most[message.message_id], running[message.message_id])

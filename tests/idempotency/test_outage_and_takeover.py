@@ -5,6 +5,10 @@ keeps running. Must-show 3, in one process: a worker that stops dead mid-handler
 and store calls hang, as a SIGKILLed process's would never come) is taken over about one
 visibility timeout later. And the store's cost: one call per heartbeat round, however many
 claims are held.
+
+Workers that share a store share one `LoopClock` here: a LoopClock fixes its wall-clock
+offset at first use, which under virtual time puts two clocks first used at different
+virtual times that far apart (real processes read one real clock).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import pytest
 
 from backends.memory import MemoryBackend
 from tests.idempotency.fakes import FaultyStore, LossyBackend
-from worker import LeaseConfig, Message, Outcome, Worker, WorkerConfig
+from worker import LeaseConfig, LoopClock, Message, Outcome, Worker, WorkerConfig
 from worker.idempotency import Idempotency, MemoryStore, RecordState
 from worker.testing import run_worker
 
@@ -90,11 +94,12 @@ async def test_a_dead_worker_is_taken_over_within_one_visibility(freeze_at: floa
     backend_a, store_a = LossyBackend(inner=engine_backend), FaultyStore(shared)
     starts: list[tuple[str, float]] = []
     started = anyio.Event()
+    clock = LoopClock()  # one wall clock for both (see below)
 
     def make_app(name: str, store: Any) -> Worker:
         app = Worker(WorkerConfig(lease=LEASE), name=name)
 
-        @app.handler("jobs", idempotent=Idempotency(store).guard())
+        @app.handler("jobs", idempotent=Idempotency(store, clock=clock).guard())
         async def job(message: Message) -> None:
             starts.append((name, anyio.current_time()))
             started.set()
@@ -151,3 +156,59 @@ async def test_the_store_is_written_once_per_round_however_many_claims() -> None
     assert store.calls == Counter({"create": 50, "replace": 50, "beat": len(rounds) + 2})
     assert renewal_calls >= 5 * 9  # the leases themselves: 50 in batches of 10, each round
     assert [h.outcome for h in harness.handled] == [Outcome.SUCCEEDED] * 50
+
+
+@pytest.mark.parametrize("stop_on_lapse", [True, False])
+async def test_a_worker_cut_off_from_the_store_stops_its_handlers_before_its_claims_go_stale(
+    stop_on_lapse: bool,
+) -> None:
+    """A partition: worker A cannot reach the store, B can. A second message with the same
+    key (sent twice) reaches B while A works on the first. B waits for A's claim to go
+    stale, then takes it over. With `stop_on_lapse`, A's handler was stopped before: never
+    two at once. Without it (the default), the two overlap: the documented limit."""
+    backend, shared = MemoryBackend(), MemoryStore()
+    store_a = FaultyStore(shared)
+    clock = LoopClock()  # one wall clock: each LoopClock fixes its offset at first use
+    running: list[str] = []
+    most = 0
+    spans: dict[str, list[float]] = {}
+    b_started = anyio.Event()
+
+    def make_app(name: str, store: Any, stop: bool) -> Worker:
+        app = Worker(WorkerConfig(lease=LEASE, max_in_flight=1), name=name)
+        idempotency = Idempotency(store, stop_on_lapse=stop, clock=clock)
+        guard = idempotency.guard(key=lambda m: str(m.body["order"]))
+
+        @app.handler("jobs", idempotent=guard)
+        async def job(message: Message) -> None:
+            nonlocal most
+            running.append(name)
+            most = max(most, len(running))
+            spans[name] = [anyio.current_time()]
+            if name == "b":
+                b_started.set()
+            try:
+                await anyio.sleep(100)
+            finally:
+                running.remove(name)
+                spans[name].append(anyio.current_time())
+
+        return app
+
+    async with run_worker(make_app("a", store_a, stop_on_lapse), backend=backend) as a:
+        await a.send("jobs", {"order": 7})
+        await anyio.sleep(25)
+        store_a.down = True  # A's side of a partition
+        async with run_worker(make_app("b", shared, False), backend=backend) as b:
+            await b.send("jobs", {"order": 7})  # the same order, sent again
+            await b_started.wait()
+            b.shutdown()
+            a.shutdown()
+    print(f"stop_on_lapse={stop_on_lapse}: a ran {spans['a']}, b ran {spans['b']}")
+    if stop_on_lapse:
+        assert most == 1
+        assert spans["a"][1] < spans["b"][0] <= 52  # A stopped before its beat ran out (50)
+        lost = metric(a, "lease_worker_messages_handled_total", queue="jobs", outcome="lease_lost")
+        assert lost == 1
+    else:
+        assert most == 2  # A still ran when B took the stale claim over

@@ -40,6 +40,7 @@ from prometheus_client import CollectorRegistry
 
 from worker.clock import Clock, LoopClock
 from worker.config import LeaseConfig
+from worker.core.lease import Lease
 from worker.core.settlement import Outcome
 from worker.errors import Duplicate, LeaseWorkerError, RegistrationError, Retry
 from worker.idempotency.heartbeat import Heartbeat
@@ -87,6 +88,10 @@ class Idempotency:
     `retry_after_s`: after a store error before the handler, the message comes back then.
     `clock_skew_s`: how far the workers' wall clocks may differ (NTP: well under a second);
     a claim is judged live that much past its heartbeat, so a takeover waits that long more.
+    `stop_on_lapse`: when this process cannot renew its heartbeat (the store is out of its
+    reach) and the beat is about to run out, cancel the handlers it guards (outcome
+    `lease_lost`: their messages lapse and come back), since other workers will call their
+    claims stale. Off by default: a store outage then does not stop work in progress.
     `clock`: the worker's time (default: the event loop's).
     """
 
@@ -97,6 +102,7 @@ class Idempotency:
         store_timeout_s: float = 5.0,
         retry_after_s: float = 5.0,
         clock_skew_s: float = 1.0,
+        stop_on_lapse: bool = False,
         clock: Clock | None = None,
     ) -> None:
         if not isinstance(store, IdempotencyStore):
@@ -107,6 +113,9 @@ class Idempotency:
         if not (isinstance(clock_skew_s, int | float) and 0 <= clock_skew_s < math.inf):
             raise RegistrationError(f"clock_skew_s={clock_skew_s!r}: must be a number >= 0")
         self.clock_skew_s = float(clock_skew_s)
+        self.stop_on_lapse = bool(stop_on_lapse)
+        #: The leases of the handlers running under a claim, by claim token.
+        self.running: dict[str, Lease] = {}
         self.store = store
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
         self.store_timeout_s = float(store_timeout_s)
@@ -189,8 +198,15 @@ class Idempotency:
         after = min(MAX_RETRY_AFTER_S, max(self.retry_after_s, self.heartbeat.down_for_s()))
         return Retry(math.ceil(after), f"idempotency store unavailable ({reason})")
 
+    def _lapsing(self) -> None:
+        if not self.running:
+            return
+        self._log.error("idempotency.heartbeat_lapsing", stopping=len(self.running))
+        for lease in self.running.values():
+            lease.cancel(Outcome.LEASE_LOST)  # settled as lost: left to lapse, not released
+
     def _heartbeat(self, lease: LeaseConfig) -> Heartbeat:
-        return Heartbeat(
+        heartbeat = Heartbeat(
             self.store,
             owner=self.owner,
             clock=self._clock,
@@ -200,6 +216,9 @@ class Idempotency:
             retry_s=lease.retry_interval_s,
             timeout_s=self.store_timeout_s,
         )
+        if self.stop_on_lapse:
+            heartbeat.on_lapse = self._lapsing
+        return heartbeat
 
 
 class IdempotencyGuard:
@@ -240,6 +259,7 @@ class IdempotencyGuard:
                 "not as a middleware"
             )
         claim = await self._claim(message, self._key_of(message))
+        self._idem.running[claim.token] = message.lease
         try:
             # The innermost layer: call_next is the handler itself, and returns its result.
             result: Any = await cast(Callable[[Message], Awaitable[Any]], call_next)(message)
@@ -249,6 +269,8 @@ class IdempotencyGuard:
         except BaseException:
             await self._write("remove", claim, self._remover(claim))
             raise
+        finally:
+            del self._idem.running[claim.token]
         done = claim.completed(
             at=self._idem.wall(), ttl_s=self.completed_ttl_s, result=self._result(result)
         )

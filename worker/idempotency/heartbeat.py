@@ -63,6 +63,10 @@ class Heartbeat:
         #: The store calls of each round that made any (the first beat, made at start-up,
         #: and the last, at the stop, are not rounds): to measure the cost per round.
         self.calls_per_round: list[int] = []
+        #: Called when our beat is about to run out unrenewed (`lapse_lead_s` before), at
+        #: every round until it is renewed: the guard stops the handlers it guards.
+        self.on_lapse: Callable[[], None] | None = None
+        self.lapse_lead_s = margin_s / 4
         #: Wall time of the store's last answer to any call.
         self.last_ok: float | None = None
         self._pending: dict[str, tuple[str, Write]] = {}
@@ -105,6 +109,7 @@ class Heartbeat:
                 if calls:  # else a wake-up with nothing due
                     self.calls_per_round.append(calls)
                 failures = 0 if ok else failures + 1
+                self._check_lapse()
                 with anyio.move_on_after(self._next_wait(failures)):
                     await self._wake.wait()
                 self._wake = anyio.Event()
@@ -127,9 +132,17 @@ class Heartbeat:
         if not failures:
             return due
         # After a failure: doubling from `retry_s`, so that a store that is down is not
-        # hammered, and at most `margin_s`, so that a lapsed beat comes back soon after it.
+        # hammered, and at most `margin_s`, so that a lapsed beat comes back soon after it;
+        # and awake in time to stop the guarded handlers before the beat lapses.
         backoff: float = self._retry_s * 2.0 ** min(failures - 1, 16)
+        before_lapse = self.confirmed_until - self.lapse_lead_s - self.wall()
+        if before_lapse > 0:
+            backoff = min(backoff, before_lapse)
         return min(backoff, self.margin_s)
+
+    def _check_lapse(self) -> None:
+        if self.on_lapse is not None and not self.live(for_s=self.lapse_lead_s):
+            self.on_lapse()
 
     async def _send_pending(self) -> tuple[int, int]:
         sent = failed = 0
