@@ -19,14 +19,10 @@ docs/idempotency.md.
 """
 
 from worker.idempotency.dynamodb_store import DynamoDBStore, create_table
-from worker.idempotency.guard import (
-    Idempotency,
-    IdempotencyGuard,
-    NotAttached,
-    PayloadMismatch,
-)
+from worker.idempotency.guard import IdempotencyGuard, NotAttached, PayloadMismatch
 from worker.idempotency.memory_store import MemoryStore
 from worker.idempotency.metrics import IdempotencyMetrics
+from worker.idempotency.process import Idempotency
 from worker.idempotency.record import Record, RecordState
 from worker.idempotency.redis_store import RedisStore
 from worker.idempotency.store import IdempotencyStore, StoreError
