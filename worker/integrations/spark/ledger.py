@@ -1,0 +1,144 @@
+"""The streaming source's ledger: which messages it holds, in which offset, until when.
+
+Pure: no I/O, no clock of its own (`now` is passed in). The reader's shell
+(`worker.integrations.spark.holder`) receives, extends, deletes and releases; this decides.
+
+Rules:
+- An offset is `{"run": R, "n": N}`: R names this reader's process (a restarted query gets a
+  new one), N counts the offsets this run handed out. Spark only compares offsets for
+  equality, so a new run's offsets need not order after an old run's.
+- Messages received for `latestOffset` belong to the offset it returns; a batch (start, end]
+  of this run is the messages of the offsets after `start` up to `end`.
+- A batch whose end names another run is a replay after a restart: the old run's messages
+  are gone with its process, so the replay is served with messages received now (the failed
+  batch's messages, released or lapsed, come back through the queue), once, and remembered.
+- `commit(end)` makes every message up to `end` deletable; nothing else is ever deleted.
+- Spark commits batch N only while planning batch N+1: when nothing new came in but planned
+  messages wait for their commit, `latestOffset` moves on anyway (an empty batch) so that
+  the last real batch is committed on an idle queue.
+- A lease is due for renewal `margin_s` before its deadline; a renewal that fails for good
+  loses the lease (the message is dropped from the ledger and will come back).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from worker.types import ReceivedMessage
+
+__all__ = ["Held", "Ledger", "Offset"]
+
+Offset = dict[str, Any]
+
+
+@dataclass(slots=True)
+class Held:
+    """One message the reader holds: its current handle and lease deadline."""
+
+    message: ReceivedMessage
+    handle: str
+    deadline: float
+    #: The offset number it belongs to (this run's), or -1 for a replayed batch.
+    number: int
+    #: The replayed batch's key (its end offset as JSON), for a replayed batch only.
+    replay: str | None = None
+
+
+@dataclass(slots=True)
+class Ledger:
+    run: str
+    visibility_s: float
+    extension_s: float
+    margin_s: float
+    held: dict[str, Held] = field(default_factory=dict)
+    #: The last offset number handed out by `latest`.
+    number: int = 0
+    #: The highest offset number some batch's partitions were planned up to.
+    planned: int = 0
+    replays: dict[str, list[str]] = field(default_factory=dict)
+
+    def initial(self) -> Offset:
+        return {"run": self.run, "n": 0}
+
+    def latest(
+        self, received: Iterable[ReceivedMessage], now: float, start: Offset | None
+    ) -> Offset:
+        """Take in `received` and answer the offset that ends them (see the rules)."""
+        fresh = [message for message in received if message.message_id not in self.held]
+        waiting = any(held.number <= self.planned for held in self.held.values())
+        if fresh or waiting:
+            self.number += 1
+            for message in fresh:
+                self._hold(message, now, self.number, None)
+        elif start is not None:
+            return start
+        return {"run": self.run, "n": self.number}
+
+    def batch(self, start: Offset, end: Offset) -> list[ReceivedMessage] | None:
+        """The messages of batch (start, end]; None for a replay not yet served (receive
+        for it, then `serve_replay`)."""
+        if end.get("run") != self.run:
+            ids = self.replays.get(_key(end))
+            return None if ids is None else [self.held[i].message for i in ids if i in self.held]
+        low = start.get("n", 0) if start.get("run") == self.run else 0
+        high = int(end["n"])
+        self.planned = max(self.planned, high)
+        chosen = [held for held in self.held.values() if low < held.number <= high]
+        return [held.message for held in sorted(chosen, key=lambda held: held.number)]
+
+    def serve_replay(self, end: Offset, received: Iterable[ReceivedMessage], now: float) -> None:
+        key = _key(end)
+        fresh = [message for message in received if message.message_id not in self.held]
+        for message in fresh:
+            self._hold(message, now, -1, key)
+        self.replays[key] = [message.message_id for message in fresh]
+
+    def committed(self, end: Offset) -> list[Held]:
+        """Take out and answer every held message that `commit(end)` makes deletable."""
+        if end.get("run") == self.run:
+            high = int(end["n"])
+            done = [held for held in self.held.values() if 0 < held.number <= high]
+        else:
+            ids = set(self.replays.pop(_key(end), ()))
+            done = [held for held in self.held.values() if held.message.message_id in ids]
+        for held in done:
+            del self.held[held.message.message_id]
+        return done
+
+    def due(self, now: float) -> list[Held]:
+        """Held messages whose lease must be renewed now."""
+        return [held for held in self.held.values() if held.deadline - now <= self.margin_s]
+
+    def renewed(self, message_id: str, handle: str, now: float) -> None:
+        held = self.held.get(message_id)
+        if held is not None:
+            held.handle, held.deadline = handle, now + self.extension_s
+
+    def lost(self, message_ids: Iterable[str]) -> list[Held]:
+        return [held for i in message_ids if (held := self.held.pop(i, None)) is not None]
+
+    def release_all(self) -> list[Held]:
+        """Take out everything held (the reader is going away)."""
+        everything = list(self.held.values())
+        self.held.clear()
+        self.replays.clear()
+        return everything
+
+    def next_due(self) -> float | None:
+        deadlines = [held.deadline for held in self.held.values()]
+        return min(deadlines) - self.margin_s if deadlines else None
+
+    def _hold(self, message: ReceivedMessage, now: float, number: int, replay: str | None) -> None:
+        # Counted from the answer's arrival: a safe side estimate is the caller's job
+        # (it passes the moment the receive was sent).
+        deadline = now + self.visibility_s
+        self.held[message.message_id] = Held(
+            message, message.receipt_handle, deadline, number, replay
+        )
+
+
+def _key(offset: Mapping[str, Any]) -> str:
+    return json.dumps(offset, sort_keys=True)
