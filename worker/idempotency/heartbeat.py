@@ -105,7 +105,10 @@ class Heartbeat:
         failures = 0
         try:
             while True:
-                calls, ok = await self._round()
+                with anyio.move_on_after(self._round_budget()) as cut:
+                    calls, ok = await self._round()
+                if cut.cancelled_caught:  # a slow store ran into the lapse: a failed round
+                    calls, ok = 1, False
                 if calls:  # else a wake-up with nothing due
                     self.calls_per_round.append(calls)
                 failures = 0 if ok else failures + 1
@@ -139,6 +142,13 @@ class Heartbeat:
         if before_lapse > 0:
             backoff = min(backoff, before_lapse)
         return min(backoff, self.margin_s)
+
+    def _round_budget(self) -> float:
+        # Handlers must be stopped before the beat lapses, not once a hung call times out.
+        before_lapse = self.confirmed_until - self.lapse_lead_s - self.wall()
+        if self.on_lapse is None or not before_lapse > 0:
+            return math.inf
+        return before_lapse
 
     def _check_lapse(self) -> None:
         if self.on_lapse is not None and not self.live(for_s=self.lapse_lead_s):
