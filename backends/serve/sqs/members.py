@@ -1,6 +1,7 @@
 """Request members of SQS's JSON protocol, read as SQS names them.
 
-Part of SQS's JSON protocol (`backends.serve.sqs.protocol`); the rule kept:
+Part of the operations (`backends.serve.sqs.service`), in the JSON protocol's spelling
+(the query protocol's is mapped to it by `backends.serve.sqs.query`); the rule kept:
 
 - Members are read as SQS names them; a wrong JSON type is `InvalidParameterValue`, a missing
   required member `MissingParameter`.

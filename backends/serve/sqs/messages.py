@@ -1,7 +1,8 @@
 """Messages in SQS's JSON protocol: a send's entries in, received messages out, and the
 attributes and MD5s of both.
 
-Part of SQS's JSON protocol (`backends.serve.sqs.protocol`); the rules kept:
+Part of the operations (`backends.serve.sqs.service`), in the JSON protocol's spelling
+(the query protocol's is mapped to it by `backends.serve.sqs.query`); the rules kept:
 
 - MD5s are SQS's: `MD5OfBody` is the hex MD5 of the body's UTF-8. `MD5OfMessageAttributes`
   (and of system attributes) digests the attributes sorted by name, each as its name and its

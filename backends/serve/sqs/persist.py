@@ -70,8 +70,7 @@ async def persist_every(engine: MemoryEngine, path: Path, interval_s: float) -> 
             await anyio.sleep(interval_s)
             _save_logged(engine, path)
     finally:
-        with anyio.CancelScope(shield=True):
-            _save_logged(engine, path)
+        _save_logged(engine, path)  # synchronous: a cancellation cannot cut it short
 
 
 def _save_logged(engine: MemoryEngine, path: Path) -> None:

@@ -1,6 +1,7 @@
 """Queue attributes in SQS's JSON protocol: a request's settings in, a queue's attributes out.
 
-Part of SQS's JSON protocol (`backends.serve.sqs.protocol`); the rules kept:
+Part of the operations (`backends.serve.sqs.service`), in the JSON protocol's spelling
+(the query protocol's is mapped to it by `backends.serve.sqs.query`); the rules kept:
 
 - Queue attributes the engine does not model (`ReceiveMessageWaitTimeSeconds`, which sets
   the default long poll, `Policy`, KMS and SSE settings) are kept as strings and reported

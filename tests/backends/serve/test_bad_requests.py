@@ -210,6 +210,14 @@ def test_unreadable_query_requests(server: Server) -> None:
         assert b"%ff" not in raw and b"\xff" not in raw
 
 
+def test_the_query_protocol_also_comes_as_a_get(server: Server) -> None:
+    head = b"GET /?Action=GetQueueUrl&QueueName=jobs HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    status, raw = raw_request(server.port, head)
+    assert status == 200
+    assert raw.startswith(b'<?xml version="1.0"?><GetQueueUrlResponse')
+    assert f"<QueueUrl>{server.url}/000000000000/jobs</QueueUrl>".encode() in raw
+
+
 def test_a_stalled_body_is_refused_in_time() -> None:
     async def main() -> tuple[int, bytes, float]:
         async with anyio.create_task_group() as tg:
