@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from typing import cast
 
 from backends.memory import MemoryBackend
 from backends.serve.sqs import SqsEndpoint
 from backends.sqs import SqsBackend, SqsSettings
-from worker.backend import Backend
+from worker.backend import Backend, Limits
 from worker.integrations.spark.holder import BackendConnect
-from worker.types import OutgoingMessage, QueueSpec
+from worker.types import BatchResult, EntryFailure, OutgoingMessage, QueueSpec
 
 
 async def connect_endpoint(url: str) -> Backend:
@@ -55,3 +56,38 @@ def send(endpoint: SqsEndpoint, queue: str, bodies: Sequence[str]) -> list[str]:
         return ids
 
     return endpoint.portal.call(run)
+
+
+class FlakyBackend:
+    """A backend whose sends fail some entries, as SQS answers them (partial failure is a
+    value): a body holding `"flaky"` fails with a service error on its first send through
+    this instance, a body holding `"reject"` fails every time as the sender's fault."""
+
+    def __init__(self, inner: Backend) -> None:
+        self.inner = inner
+        self.failed_once: set[str] = set()
+
+    @property
+    def limits(self) -> Limits:
+        return self.inner.limits
+
+    async def send(self, queue: str, messages: Sequence[OutgoingMessage]) -> BatchResult:
+        failed: list[EntryFailure] = []
+        passed: list[OutgoingMessage] = []
+        for message in messages:
+            if '"reject"' in message.body:
+                failed.append(EntryFailure(message.entry_id, "InvalidParameterValue", "no"))
+            elif '"flaky"' in message.body and message.body not in self.failed_once:
+                self.failed_once.add(message.body)
+                failed.append(EntryFailure(message.entry_id, "InternalError", sender_fault=False))
+            else:
+                passed.append(message)
+        result = await self.inner.send(queue, passed) if passed else BatchResult()
+        return BatchResult(succeeded=result.succeeded, failed=result.failed + tuple(failed))
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def connect_flaky(url: str) -> Backend:
+    return cast(Backend, FlakyBackend(await connect_endpoint(url)))
