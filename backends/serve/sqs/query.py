@@ -7,8 +7,9 @@ them; this module moves between the two spellings. The rules kept:
   `SendMessageBatchRequestEntry.2.Id`), maps as `<Item>.<n>.Name|Key` and `.Value`
   (`Attribute.1.Name`, `Tag.1.Key`, `MessageAttribute.1.Value.StringValue`), n from 1.
   `_LISTS` and `_MAPS` name each flattened item and the JSON member it becomes; an empty list
-  or map arrives as its JSON member's name with no value (`Entries=`), as botocore sends
-  it. Numbers arrive as text and are read as integers where the JSON protocol has integers.
+  or map arrives as a name with no value: the JSON member's (`Entries=`, as botocore sends
+  it) or the item's (`SendMessageBatchRequestEntry=`, as the JavaScript SDK does). Numbers
+  arrive as text and are read as integers where the JSON protocol has integers.
 - An answer is `<{Op}Response xmlns=...><{Op}Result>...</{Op}Result><ResponseMetadata>
   <RequestId/></ResponseMetadata></{Op}Response>` (no Result for operations without output);
   lists and maps are flattened the same way, booleans are `true`/`false`.
@@ -101,7 +102,9 @@ def _place(tree: dict[str, Any], path: list[str], value: str) -> None:
 def _members(node: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in node.items():
-        if key in _LISTS:
+        if value == "" and (key in _LISTS or key in _MAPS):
+            out[_LISTS[key] if key in _LISTS else _MAPS[key][0]] = [] if key in _LISTS else {}
+        elif key in _LISTS:
             out[_LISTS[key]] = [_value(item) for item in _numbered(key, value)]
         elif key in _MAPS:
             name, key_name, value_name = _MAPS[key]

@@ -1,8 +1,10 @@
-// Conformance cases driven by the AWS SDK for JavaScript v3 (SQS's JSON protocol), the SDK
-// the benchmarks' Node peer installs (bench/peers/setup.sh). Usage:
-//   node js_cases.mjs <endpoint url> <bench/peers directory>
-// Prints one JSON object: case name -> {ok, detail}. The SDK checks the MD5 of every
-// received body itself, so a wrong MD5 fails a case here.
+// Conformance cases driven by the AWS SDK for JavaScript v3: the one the benchmarks' Node
+// peer installs (bench/peers, SQS's JSON protocol) or js-query/ (3.445.0, the query
+// protocol). Usage:
+//   node js_cases.mjs <endpoint url> <directory whose node_modules has the SDK>
+// Prints one JSON object: {"cases": {name: {ok, detail}}, "contentTypes": [...]}, the content
+// types of the requests the SDK sent (which protocol it spoke). The SDK checks the MD5 of
+// every received body itself, so a wrong MD5 fails a case here.
 import { createRequire } from "node:module";
 import path from "node:path";
 
@@ -16,6 +18,14 @@ const client = new sqs.SQSClient({
   credentials: { accessKeyId: "testing", secretAccessKey: "testing" },
   maxAttempts: 1,
 });
+const contentTypes = new Set();
+client.middlewareStack.add(
+  (next) => async (args) => {
+    contentTypes.add(String(args.request.headers["content-type"]).split(";")[0]);
+    return next(args);
+  },
+  { step: "finalizeRequest", name: "recordContentType" },
+);
 const send = (Command, input) => client.send(new Command(input));
 const unique = () => `js-${Math.random().toString(16).slice(2, 14)}`;
 const ARN = "arn:aws:sqs:us-east-1:000000000000:";
@@ -60,7 +70,7 @@ const cases = {
     const got = await send(sqs.ReceiveMessageCommand, {
       QueueUrl,
       MessageAttributeNames: ["All"],
-      MessageSystemAttributeNames: ["All"],
+      AttributeNames: ["All"],
     });
     const [message] = got.Messages;
     check(message.Body === body && message.MessageId === sent.MessageId, message);
@@ -148,4 +158,4 @@ for (const [name, run] of Object.entries(cases)) {
     results[name] = { ok: false, detail: String(error?.stack ?? error).slice(0, 800) };
   }
 }
-console.log(JSON.stringify(results));
+console.log(JSON.stringify({ cases: results, contentTypes: [...contentTypes].sort() }));

@@ -1,10 +1,13 @@
-"""Conformance cases driven by the AWS SDK for JavaScript v3 over SQS's JSON protocol
-(`js_cases.mjs`), against the same endpoint as the botocore cases.
+"""Conformance cases driven by the AWS SDK for JavaScript v3 (`js_cases.mjs`) over both of
+SQS's protocols, against the same endpoint as the botocore cases:
 
-The SDK is the one the benchmarks' Node peer installs (`bench/peers/setup.sh`, pinned by its
-package-lock.json); without Node or that install the cases are skipped, with the reason. The
-query protocol is not driven from JavaScript: that needs an SDK older than 3.446 installed
-beside it (the botocore cases cover the query protocol).
+- `json`: the SDK the benchmarks' Node peer installs (`bench/peers/setup.sh`, pinned by its
+  package-lock.json), which speaks JSON;
+- `query`: `js-query/` (`setup-js.sh`), @aws-sdk/client-sqs 3.445.0, the last to speak the
+  query protocol.
+
+Without Node or an install, that protocol's cases are skipped with the reason (CI installs
+neither; the botocore cases cover both protocols there).
 """
 
 from __future__ import annotations
@@ -19,8 +22,18 @@ import pytest
 
 from backends.serve.sqs.endpoint import SqsEndpoint
 
-PEERS = Path(__file__).resolve().parents[4] / "bench" / "peers"
-SCRIPT = Path(__file__).with_name("js_cases.mjs")
+HERE = Path(__file__).resolve().parent
+SCRIPT = HERE / "js_cases.mjs"
+#: protocol -> (the directory whose node_modules holds the SDK, its setup, its content type)
+ROOT = HERE.parents[3]
+INSTALLS = {
+    "json": (ROOT / "bench" / "peers", "bench/peers/setup.sh", "application/x-amz-json-1.0"),
+    "query": (
+        HERE / "js-query",
+        f"{HERE.relative_to(ROOT)}/setup-js.sh",
+        "application/x-www-form-urlencoded",
+    ),
+}
 CASES = [
     "lifecycle",
     "sendReceiveDelete",
@@ -32,13 +45,14 @@ CASES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def js_results(conformance_endpoint: SqsEndpoint) -> dict[str, Any]:
+@pytest.fixture(scope="module", params=sorted(INSTALLS))
+def js_results(request: pytest.FixtureRequest, conformance_endpoint: SqsEndpoint) -> Any:
+    directory, setup, content_type = INSTALLS[request.param]
     node = shutil.which("node")
-    if node is None or not (PEERS / "node_modules" / "@aws-sdk" / "client-sqs").is_dir():
-        pytest.skip("Node or @aws-sdk/client-sqs missing: run bench/peers/setup.sh")
+    if node is None or not (directory / "node_modules" / "@aws-sdk" / "client-sqs").is_dir():
+        pytest.skip(f"Node or the SDK for the {request.param} protocol missing: run {setup}")
     done = subprocess.run(
-        [node, str(SCRIPT), conformance_endpoint.url, str(PEERS)],
+        [node, str(SCRIPT), conformance_endpoint.url, str(directory)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -46,8 +60,9 @@ def js_results(conformance_endpoint: SqsEndpoint) -> dict[str, Any]:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     results: dict[str, Any] = json.loads(done.stdout)
-    assert sorted(results) == sorted(CASES)
-    return results
+    assert results["contentTypes"] == [content_type]  # the protocol it was meant to speak
+    assert sorted(results["cases"]) == sorted(CASES)
+    return results["cases"]
 
 
 @pytest.mark.parametrize("case", CASES)
