@@ -26,7 +26,7 @@ from worker.testing import run_worker
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(120)]
 
 ROWS = 1_000
-SLOW_S = 2.5
+SLOW_S = 4.5
 
 
 def _pause(_: object) -> None:
