@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 from worker.app import Worker
 from worker.config import LeaseConfig, ShutdownConfig, WorkerConfig
 from worker.core.settlement import Outcome
-from worker.integrations.spark.jobs import JobContext, SparkJobs
+from worker.integrations.spark.jobs import JobContext, JobResult, SparkJobs
 from worker.message import Message
 from worker.testing import run_worker
 
@@ -145,3 +145,28 @@ def _wait_for_a_running_job(spark: SparkSession) -> None:
     callback in PySpark; bounded by the caller's `fail_after`)."""
     while not spark.sparkContext.statusTracker().getActiveJobsIds():
         time.sleep(0.05)
+
+
+async def test_a_redelivered_message_whose_output_was_committed_is_not_run_again(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    output = tmp_path / "done"
+    spark.range(3).write.parquet(str(output))  # committed by an earlier delivery
+    jobs = SparkJobs(spark)
+    app = Worker(WorkerConfig(wait_s=1))
+    results: list[JobResult[None]] = []
+
+    def must_not_run(spark: SparkSession, job: JobContext) -> None:
+        raise AssertionError("the job ran again")
+
+    @app.handler("again")
+    async def handle(message: Message) -> None:
+        results.append(await jobs.run(message, must_not_run, output=str(output)))
+
+    async with run_worker(app) as harness:
+        await harness.send("again", {})
+        with anyio.fail_after(30):
+            [handled] = await harness.wait_for_handled(1)
+    assert handled.outcome is Outcome.SUCCEEDED
+    assert [(r.skipped, r.committed, r.value) for r in results] == [(True, False, None)]
+    assert spark.read.parquet(str(output)).count() == 3  # kept as it was

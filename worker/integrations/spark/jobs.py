@@ -40,6 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+import anyio
 import structlog
 from pyspark.sql import SparkSession
 
@@ -95,10 +96,12 @@ class SparkJobs:
     ) -> JobResult[T]:
         """Run `job` for `message` in a thread; commit `output` when it returns."""
         started = time.monotonic()
-        if output is not None and committed(self.spark, output):
-            log.info("spark.job.skipped", reason="output already committed")
-            return JobResult(None, committed=False, skipped=True, duration_s=0.0)
-        staged = StagedOutput.beside(self.spark, output) if output is not None else None
+        staged = None
+        if output is not None:  # calls into the JVM: off the event loop
+            if await anyio.to_thread.run_sync(committed, self.spark, output):
+                log.info("spark.job.skipped", reason="output already committed")
+                return JobResult(None, committed=False, skipped=True, duration_s=0.0)
+            staged = await anyio.to_thread.run_sync(StagedOutput.beside, self.spark, output)
         tag = f"lease-worker-{uuid.uuid4().hex}"
         context = JobContext(tag=tag, output=staged.staging if staged else None)
         done = _in_thread(
