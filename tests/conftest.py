@@ -18,9 +18,12 @@ from __future__ import annotations
 import faulthandler
 import os
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
+from tests.moto_server import MotoServer, start_moto
 
 #: Seconds after a test's timeout before the whole run is ended.
 BACKSTOP_S = 15.0
@@ -52,3 +55,12 @@ def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> None:
 @pytest.hookimpl(optionalhook=True)
 def pytest_timeout_cancel_timer(item: pytest.Item) -> None:
     faulthandler.cancel_dump_traceback_later()
+
+
+@pytest.fixture(scope="session")
+def moto_server() -> Iterator[MotoServer]:
+    """One moto server for the whole run (the contract suite, the SQS backend's FIFO tests,
+    the idempotency stores' DynamoDB): each test makes its own uniquely named resources."""
+    with start_moto() as server:
+        yield server
+

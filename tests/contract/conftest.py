@@ -27,8 +27,6 @@ from tests.moto_server import (
     MOTO_ACCESS_KEY,
     MOTO_REGION,
     MOTO_SECRET_KEY,
-    MotoServer,
-    start_moto,
 )
 from worker.types import QueueSpec, RedrivePolicy
 
@@ -37,12 +35,6 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "moto_gap(reason): moto differs from SQS here; strict xfail on moto only"
     )
-
-
-@pytest.fixture(scope="session")
-def moto_server() -> Iterator[MotoServer]:
-    with start_moto() as server:
-        yield server
 
 
 @pytest.fixture(scope="session")

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from tests.moto_server import MOTO_ACCESS_KEY, MOTO_REGION, MOTO_SECRET_KEY, MotoServer, start_moto
+from tests.moto_server import MOTO_ACCESS_KEY, MOTO_REGION, MOTO_SECRET_KEY, MotoServer
 from worker.idempotency import DynamoDBStore, IdempotencyStore, MemoryStore, RedisStore
 from worker.idempotency.dynamodb_store import create_table
 
@@ -84,12 +84,6 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=5)
-
-
-@pytest.fixture(scope="session")
-def moto_server() -> Iterator[MotoServer]:
-    with start_moto() as server:
-        yield server
 
 
 @contextlib.asynccontextmanager

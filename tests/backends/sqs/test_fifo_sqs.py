@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -20,7 +20,7 @@ import anyio
 import pytest
 
 from backends.sqs import SqsBackend, SqsSettings
-from tests.moto_server import MOTO_ACCESS_KEY, MOTO_REGION, MOTO_SECRET_KEY, MotoServer, start_moto
+from tests.moto_server import MOTO_ACCESS_KEY, MOTO_REGION, MOTO_SECRET_KEY, MotoServer
 from worker import LeaseConfig, Message, Outcome, OutgoingMessage, Worker, WorkerConfig
 from worker.core.settlement import Action
 from worker.testing import Handled, run_worker
@@ -35,10 +35,9 @@ WORK_S = 0.3
 WAIT_S = 30.0
 
 
-@pytest.fixture(scope="module")
-def moto() -> Iterator[MotoServer]:
-    with start_moto() as server:
-        yield server
+@pytest.fixture
+def moto(moto_server: MotoServer) -> MotoServer:
+    return moto_server
 
 
 @asynccontextmanager
