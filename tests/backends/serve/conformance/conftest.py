@@ -4,15 +4,20 @@ rules, as `serve-sqs` runs by default), and `sqs`, a boto3 client per protocol.
 Why a service model rather than a pinned old botocore in a venv of its own: the query
 protocol is chosen by the model botocore loads (`metadata.protocol`), and current botocore
 still serialises and parses the query protocol for other services. Loading SQS's last query
-model into today's botocore gives the same wire format as botocore < 1.31.81 at no install
-cost (no second venv, no network in CI), and the model is SQS's own description of its
-query wire format, written independently of this server.
+model into today's botocore gives the same wire format as botocore < 1.31.81 with no second
+venv, and the model is SQS's own description of its query wire format, written
+independently of this server. It is read from botocore 1.31.80's own wheel, downloaded from
+PyPI once into pytest's cache (about 11 MB), not copied into this repository; without
+network the query cases are skipped with that reason.
 """
 
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 import uuid
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +30,9 @@ from botocore.config import Config
 from backends.memory.handles import HandleRules
 from backends.serve.sqs.endpoint import SqsEndpoint, sqs_endpoint_in_thread
 
-QUERY_MODEL = Path(__file__).with_name("sqs-query-2012-11-05.json")
+#: The last botocore whose SQS model speaks the query protocol.
+QUERY_BOTOCORE = "botocore==1.31.80"
+_MODEL_IN_WHEEL = "botocore/data/sqs/2012-11-05/service-2.json"
 _CLIENT = {
     "region_name": "us-east-1",
     "aws_access_key_id": "testing",
@@ -41,13 +48,31 @@ def conformance_endpoint() -> Iterator[SqsEndpoint]:
 
 
 @pytest.fixture(scope="session")
-def query_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def query_models(request: pytest.FixtureRequest) -> Path:
     """A botocore data directory whose SQS model is the query-protocol one."""
-    root = tmp_path_factory.mktemp("botocore-data")
-    target = root / "sqs" / "2012-11-05"
-    target.mkdir(parents=True)
-    shutil.copy(QUERY_MODEL, target / "service-2.json")
+    root = Path(request.config.cache.mkdir("botocore-1.31.80-sqs"))
+    target = root / "sqs" / "2012-11-05" / "service-2.json"
+    if not target.exists():
+        _extract_query_model(root, target)
     return root
+
+
+def _extract_query_model(root: Path, target: Path) -> None:
+    wheels = root / "wheel"
+    pip = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--dest", str(wheels)]
+    download = subprocess.run(
+        [*pip, "--only-binary", ":all:", QUERY_BOTOCORE],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if download.returncode != 0:
+        pytest.skip(f"cannot download {QUERY_BOTOCORE} (its SQS query model): no network?")
+    [wheel] = wheels.glob("botocore-1.31.80-*.whl")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(wheel) as archive:
+        target.write_bytes(archive.read(_MODEL_IN_WHEEL))
+    shutil.rmtree(wheels)
 
 
 def query_client(endpoint_url: str, models: Path) -> Any:
