@@ -11,6 +11,7 @@ import pytest
 from tests.ops.test_listener import listening
 from worker import LeaseConfig, Message, Worker, WorkerConfig
 from worker.ops.history import History
+from worker.runtime.metrics import OUTCOMES
 from worker.testing import run_worker
 
 pytestmark = pytest.mark.asyncio
@@ -53,6 +54,10 @@ async def test_status_lists_held_messages_with_their_lease_and_never_a_body() ->
     [queue] = answer["queues"]
     assert queue["queue"] == "jobs" and queue["in_flight"] == 1 and queue["max_in_flight"] == 10
     assert queue["in_flight_limit"] == 120_000
+    assert queue["received"] == 1 and queue["outcomes"]["succeeded"] == 0
+    assert sorted(queue["outcomes"]) == sorted(OUTCOMES)
+    points = answer["history"]["points"]
+    assert points[-1]["queues"]["jobs"]["received"] in (0, 1)
     assert answer["messages_total"] == 1
     [row] = answer["messages"]
     assert row["message_id"] == message_id and row["queue"] == "jobs"

@@ -11,7 +11,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry
+from worker.runtime.metrics import Metrics
 
 __all__ = ["Counts", "History", "Point", "read_counts"]
 
@@ -40,21 +40,17 @@ class History:
         return list(self._points)
 
 
-def read_counts(registry: CollectorRegistry, prefix: str, queues: Iterable[str]) -> Counts:
-    """One pass over the registry: each queue's messages received and handled by outcome."""
+def read_counts(metrics: Metrics, queues: Iterable[str]) -> Counts:
+    """Each queue's messages received and handled by outcome, from those two counters only
+    (not a whole registry's collection, which would also compute the scrape-time gauges)."""
     wanted = set(queues)
     counts: dict[str, dict[str, float]] = {queue: {} for queue in wanted}
-    received = f"{prefix}_messages_received_total"
-    handled = f"{prefix}_messages_handled_total"
-    for family in registry.collect():
-        if family.name not in (received[: -len("_total")], handled[: -len("_total")]):
-            continue
+    for family in metrics.received.metric.collect():
         for sample in family.samples:
-            queue = sample.labels.get("queue")
-            if queue not in wanted:
-                continue
-            if sample.name == received:
-                counts[queue]["received"] = sample.value
-            elif sample.name == handled:
-                counts[queue][sample.labels["outcome"]] = sample.value
+            if sample.name.endswith("_total") and sample.labels["queue"] in wanted:
+                counts[sample.labels["queue"]]["received"] = sample.value
+    for family in metrics.handled.metric.collect():
+        for sample in family.samples:
+            if sample.name.endswith("_total") and sample.labels["queue"] in wanted:
+                counts[sample.labels["queue"]][sample.labels["outcome"]] = sample.value
     return counts

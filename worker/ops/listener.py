@@ -123,7 +123,7 @@ class OpsListener:
         metrics = supervisor.metrics
         while True:
             wall = supervisor.clock.now() + supervisor.clock.wall_offset_s()
-            counts = read_counts(metrics.registry, metrics.prefix, supervisor.app.registry.queues)
+            counts = read_counts(metrics, supervisor.app.registry.queues)
             self._history.add(wall, counts)
             await anyio.sleep(self._history.interval_s)
 

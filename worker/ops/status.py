@@ -58,7 +58,7 @@ def _state(supervisor: Supervisor) -> str:
 
 def _queues(supervisor: Supervisor) -> list[dict[str, Any]]:
     metrics = supervisor.metrics
-    counts = read_counts(metrics.registry, metrics.prefix, supervisor.app.registry.queues)
+    counts = read_counts(metrics, supervisor.app.registry.queues)
     held: dict[str, int] = {}
     for lease, _ in supervisor.held():
         held[lease.queue] = held.get(lease.queue, 0) + 1
