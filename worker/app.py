@@ -13,7 +13,7 @@ from worker.config import ErrorPolicy, OnError, WorkerConfig
 from worker.errors import RegistrationError
 from worker.message import Message
 from worker.middleware import CallNext, Middleware
-from worker.registry import Decoder, Registry
+from worker.registry import BatchOptions, Decoder, Registry
 
 __all__ = ["HandlerGuard", "Hook", "Worker", "WorkerContext"]
 
@@ -79,7 +79,7 @@ class Worker:
         self,
         queue: str,
         *,
-        decode: str | Decoder = "json",
+        decode: str | Decoder | None = None,
         on_error: ErrorPolicy | OnError | str = OnError.RELEASE,
         max_in_flight: int | None = None,
         middleware: Sequence[Middleware] = (),
@@ -87,7 +87,11 @@ class Worker:
     ) -> Callable[[F], F]:
         """Register the decorated function as the handler of `queue`; returns it unchanged.
 
-        `decode`: 'json' (default), 'raw' (the body string) or a callable(str) -> Any.
+        The handler takes the message, its typed payload, or both: `async def handle(order:
+        Order, message: Message)`, where the annotation (a dataclass, a pydantic model, a
+        TypedDict, str, bytes, dict, list) decides how the body is decoded.
+        `decode` (untyped handlers only): 'json' (default), 'raw' (the body string) or a
+        callable(str) -> Any.
         `on_error`: 'release' (visible again at once), 'backoff' or an `ErrorPolicy`,
         or 'expire' (let the visibility lapse, toward the DLQ).
         `max_in_flight`: messages of this queue held at once (default: the worker's).
@@ -115,6 +119,40 @@ class Worker:
             )
             if idempotent is not None:
                 idempotent.attach(self, queue)
+            return func
+
+        return register
+
+    def batch_handler(
+        self,
+        queue: str,
+        *,
+        max_size: int = 10,
+        max_wait_s: float = 1.0,
+        decode: str | Decoder | None = None,
+        on_error: ErrorPolicy | OnError | str = OnError.RELEASE,
+        max_in_flight: int | None = None,
+    ) -> Callable[[F], F]:
+        """Register `async def handle(messages: list[Message])` as the batch handler of `queue`.
+
+        It gets up to `max_size` messages, gathered for at most `max_wait_s` after the first,
+        and returns the ids of those that failed (or raises `BatchFailure(ids)`; any other
+        error fails them all). The failed ones go through `on_error`; the rest are deleted
+        together. Every lease of the batch is renewed until its message is settled; one that
+        is lost shows as `message.lease.lost` and is never deleted. FIFO: after a failure,
+        the later messages of its group in the batch are released too, in order.
+        """
+        options = BatchOptions(max_size, max_wait_s)
+
+        def register(func: F) -> F:
+            self.registry.add(
+                queue,
+                func,
+                decode=decode,
+                on_error=on_error,
+                max_in_flight=max_in_flight,
+                batch=options,
+            )
             return func
 
         return register

@@ -2,7 +2,9 @@
 
 `@app.handler("orders")` checks the queue name, the function and every option at once and
 raises `RegistrationError` or `ConfigError` with the offending value; it returns the
-function unchanged, so it stays callable and testable on its own.
+function unchanged, so it stays callable and testable on its own. The handler's signature
+says what it takes (`worker.signature`): the message, a typed payload decoded by the codec
+its annotation names (`worker.payloads`), or both; a batch handler a list of messages.
 """
 
 from __future__ import annotations
@@ -18,8 +20,16 @@ from worker.errors import ConfigError, RegistrationError
 from worker.message import Message
 from worker.middleware import Middleware
 from worker.rules import QUEUE_NAME_RULE, is_queue_name, queue_name
+from worker.signature import Binding, bind_batch, bind_single
 
-__all__ = ["Decoder", "HandlerFunc", "HandlerSpec", "Registry", "resolve_decoder"]
+__all__ = [
+    "BatchOptions",
+    "Decoder",
+    "HandlerFunc",
+    "HandlerSpec",
+    "Registry",
+    "resolve_decoder",
+]
 
 Decoder: TypeAlias = Callable[[str], Any]
 HandlerFunc: TypeAlias = Callable[[Message], Awaitable[None]] | Callable[[Message], None]
@@ -43,6 +53,24 @@ def resolve_decoder(decode: str | Decoder) -> Decoder:
         ) from None
 
 
+@dataclass(frozen=True, slots=True)
+class BatchOptions:
+    """A batch handler's batching: at most `max_size` messages, gathered for at most
+    `max_wait_s` seconds after the first one arrives."""
+
+    max_size: int
+    max_wait_s: float
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_size, int) or self.max_size < 1:
+            raise ConfigError(f"max_size={self.max_size!r}: must be a whole number >= 1")
+        if not 0 <= self.max_wait_s < float("inf"):
+            raise ConfigError(f"max_wait_s={self.max_wait_s!r}: must be a finite number >= 0")
+
+
+_MESSAGE_ONLY = Binding(None, ("message",))
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HandlerSpec:
     queue: str
@@ -52,6 +80,10 @@ class HandlerSpec:
     policy: ErrorPolicy
     max_in_flight: int | None
     middleware: tuple[Middleware, ...]
+    #: How the handler is called: its typed parameter's codec and its arguments' order.
+    binding: Binding = _MESSAGE_ONLY
+    #: Set for a batch handler (`@app.batch_handler`), which takes a list of messages.
+    batch: BatchOptions | None = None
 
     @property
     def name(self) -> str:
@@ -80,10 +112,11 @@ class Registry:
         queue: str,
         func: Any,
         *,
-        decode: str | Decoder = "json",
+        decode: str | Decoder | None = None,
         on_error: ErrorPolicy | OnError | str = OnError.RELEASE,
         max_in_flight: int | None = None,
         middleware: Sequence[Middleware] = (),
+        batch: BatchOptions | None = None,
     ) -> HandlerSpec:
         _check_queue(queue)
         if queue in self._specs:
@@ -98,17 +131,41 @@ class Registry:
         for layer in middleware:
             if not callable(layer):
                 raise RegistrationError(f"middleware for {queue!r} must be callable: {layer!r}")
+        binding, decoder = _binding(func, queue, decode, batch)
         spec = HandlerSpec(
             queue=queue,
             func=func,
             is_async=_is_async(func),
-            decoder=resolve_decoder(decode),
+            decoder=decoder,
             policy=ErrorPolicy.parse(on_error),
             max_in_flight=max_in_flight,
             middleware=tuple(middleware),
+            binding=binding,
+            batch=batch,
         )
+        if batch is not None and not spec.is_async:
+            raise RegistrationError(
+                f"batch handler {spec.name} for {queue!r} must be async (async def)"
+            )
         self._specs[queue] = spec
         return spec
+
+
+def _binding(
+    func: Any, queue: str, decode: str | Decoder | None, batch: BatchOptions | None
+) -> tuple[Binding, Decoder]:
+    if batch is not None:
+        bind_batch(func, queue)
+        return _MESSAGE_ONLY, resolve_decoder(decode or "json")
+    binding = bind_single(func, queue)
+    if binding.codec is None:
+        return binding, resolve_decoder(decode or "json")
+    if decode is not None:
+        raise RegistrationError(
+            f"handler for {queue!r}: decode={decode!r} and a typed parameter "
+            f"({binding.codec.kind}) both say how to decode; keep one"
+        )
+    return binding, binding.codec.decode
 
 
 def _is_async(func: Any) -> bool:

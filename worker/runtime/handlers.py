@@ -38,6 +38,7 @@ from worker.core.settlement import Action, Outcome, Settlement, settlement_for
 from worker.errors import DecodeError, Discard, Duplicate, Retry
 from worker.message import Message
 from worker.middleware import CallNext, build_chain
+from worker.payloads import PayloadError
 from worker.registry import HandlerSpec
 from worker.runtime.lease_keeper import LeaseKeeper
 from worker.runtime.metrics import Metrics
@@ -89,16 +90,23 @@ class Executor:
         return chain
 
     def _endpoint(self, spec: HandlerSpec) -> CallNext:
+        arguments = spec.binding.arguments
+        func: Callable[..., Any] = spec.func
         if spec.is_async:
-            return spec.func  # type: ignore[return-value]
-        func: Callable[[Message], object] = spec.func
+            if spec.binding.order == ("message",):
+                return func
+
+            async def typed(message: Message) -> Any:
+                return await func(*arguments(message))
+
+            return typed
 
         async def in_thread(message: Message) -> Any:
             key = (message.queue, message.message_id)
             # Returned for an idempotency guard that caches results (an async handler's
             # return value reaches it too: the guard is the innermost middleware).
             return await _wait_for_thread(
-                await self._threads.start(key, func, message), message.lease
+                await self._threads.start(key, func, *arguments(message)), message.lease
             )
 
         return in_thread
@@ -278,4 +286,6 @@ def _reason(error: Exception) -> str:
     # Only the error's kind and position: its text could quote the body.
     if isinstance(error, json.JSONDecodeError):
         return f"invalid JSON: {error.msg} (line {error.lineno}, column {error.colno})"
+    if isinstance(error, PayloadError):  # its reason names fields, never values
+        return error.reason
     return type(error).__name__
