@@ -165,7 +165,7 @@ class LeaseHolder:
             if due:
                 try:
                     await self._renew(due)
-                except BackendError as error:  # retried on the next tick
+                except Exception as error:  # retried on the next tick; the task lives on
                     log.warning("source.renew_failed", error=type(error).__name__)
             upcoming = self.ledger.next_due()
             pause = _TICK_S if upcoming is None else upcoming - time.monotonic()
