@@ -4,6 +4,8 @@
     ├── ConfigError              invalid settings (also a ValueError)
     ├── RegistrationError        a bad @app.handler(...) call (also a ValueError)
     ├── DecodeError              a message body the handler's decoder refused
+    ├── MessageRejected          the producer refused a message before any call (a ValueError)
+    ├── SendFailed               the producer's send of one message failed (entry's code)
     ├── LeaseLostError           `await lease.extend()` on a lease that is (or became) lost
     ├── WorkerCrashed            a task of the worker raised; what it held was released
     └── BackendError             a whole queue-service call failed (operation, queue)
@@ -16,6 +18,7 @@
 
     HandlerSignal                a handler's own word on its message (not an error)
     ├── Retry(after_s)           release the message to come back after `after_s`
+    ├── BatchFailure(ids)        a batch handler's failed messages (the rest succeeded)
     ├── Discard(reason)          delete the message without handling it
     └── Duplicate(reason)        delete it: already handled (outcome `duplicate`)
 
@@ -25,9 +28,12 @@ A failed *entry* of a batch call is not an exception: it is an `EntryFailure` va
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 __all__ = [
     "AccessDenied",
     "BackendError",
+    "BatchFailure",
     "ConfigError",
     "DecodeError",
     "Discard",
@@ -36,10 +42,12 @@ __all__ = [
     "HandlerSignal",
     "LeaseLostError",
     "LeaseWorkerError",
+    "MessageRejected",
     "OverLimit",
     "QueueNotFound",
     "RegistrationError",
     "Retry",
+    "SendFailed",
     "TransientBackendError",
     "UnsupportedOperation",
     "WorkerCrashed",
@@ -65,6 +73,26 @@ class DecodeError(LeaseWorkerError):
         super().__init__(f"message {message_id}: body could not be decoded: {reason}")
         self.message_id = message_id
         self.reason = reason
+
+
+class MessageRejected(LeaseWorkerError, ValueError):
+    """The producer refused a message before sending anything: `index` is its position in
+    the call, `reason` says why (never quoting the body)."""
+
+    def __init__(self, index: int, reason: str) -> None:
+        super().__init__(f"message {index}: {reason}")
+        self.index = index
+        self.reason = reason
+
+
+class SendFailed(LeaseWorkerError):
+    """`Producer.send` could not send its message: the service's code for the entry, after
+    the retries a service-side failure gets."""
+
+    def __init__(self, queue: str, code: str, message: str = "") -> None:
+        super().__init__(f"send to {queue!r} failed: {code} {message}".rstrip())
+        self.queue = queue
+        self.code = code
 
 
 class LeaseLostError(LeaseWorkerError):
@@ -147,4 +175,13 @@ class Duplicate(HandlerSignal):
 
     def __init__(self, reason: str = "") -> None:
         super().__init__(reason or "duplicate")
+        self.reason = reason
+
+
+class BatchFailure(HandlerSignal):
+    """Raised by a batch handler: these message ids failed, every other one succeeded."""
+
+    def __init__(self, failed: Iterable[str], reason: str = "") -> None:
+        self.failed = frozenset(failed)
+        super().__init__(reason or f"{len(self.failed)} messages failed")
         self.reason = reason

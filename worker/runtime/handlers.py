@@ -45,6 +45,7 @@ from worker.runtime.metrics import Metrics
 from worker.runtime.scope import HandlerScope
 from worker.runtime.settler import Settler
 from worker.runtime.threads import DaemonThreads
+from worker.tracing import handler_span, set_outcome
 from worker.types import ReceivedMessage
 
 __all__ = ["Executor", "Observer"]
@@ -138,10 +139,12 @@ class Executor:
         structlog.contextvars.bind_contextvars(queue=received.queue, message_id=received.message_id)
         started = self._clock.now()
         outcome, retry_after = Outcome.SHUTDOWN, 0.0
-        try:
-            outcome, retry_after = await self._invoke(spec, received, lease)
-        finally:
-            self._finish(spec, received, lease, outcome, retry_after, started)
+        with handler_span(received) as span:
+            try:
+                outcome, retry_after = await self._invoke(spec, received, lease)
+            finally:
+                set_outcome(span, outcome.value)
+                self._finish(spec, received, lease, outcome, retry_after, started)
         return outcome
 
     async def _invoke(

@@ -1,0 +1,157 @@
+"""OpenTelemetry context across the queue: injected by the producer, continued by the worker.
+
+OpenTelemetry (the API only, the `[otel]` extra) is optional: when it is not installed,
+`inject()` returns nothing, `handler_span()` yields None, and nothing is imported beyond
+one failed `import` at first use.
+
+- The producer writes the current context into each message's attributes (`traceparent`,
+  `tracestate`: W3C Trace Context, through the globally configured propagator).
+- The worker starts one CONSUMER span per handler run, child of the context the message
+  carries (its `traceparent` attribute, else the `AWSTraceHeader` system attribute that
+  X-Ray-instrumented senders set), with the message id, queue, receive count and, at the
+  end, the outcome. A batch handler's span links to every message's context instead.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from types import MappingProxyType
+from typing import Any
+
+from worker.types import MessageAttribute, ReceivedMessage
+
+__all__ = ["batch_span", "handler_span", "inject", "set_outcome"]
+
+_EMPTY: Mapping[str, MessageAttribute] = MappingProxyType({})
+_TRACER = "lease_worker"
+_AWS_HEADER = re.compile(
+    r"Root=1-([0-9a-f]{8})-([0-9a-f]{24});Parent=([0-9a-f]{16});Sampled=([01])"
+)
+
+_otel: Any = None
+_loaded = False
+
+
+def _api() -> Any:
+    """The `opentelemetry` modules, or None when not installed (looked up once)."""
+    global _otel, _loaded
+    if not _loaded:
+        _loaded = True
+        try:
+            from opentelemetry import context, propagate, trace
+        except ImportError:
+            _otel = None
+        else:
+            _otel = (context, propagate, trace)
+    return _otel
+
+
+def inject() -> Mapping[str, MessageAttribute]:
+    """The current trace context as message attributes; empty without a span or OTel."""
+    api = _api()
+    if api is None:
+        return _EMPTY
+    _, propagate, trace = api
+    if not trace.get_current_span().get_span_context().is_valid:
+        return _EMPTY
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier)
+    return {
+        key: MessageAttribute("String", string_value=value)
+        for key, value in carrier.items()
+        if key in ("traceparent", "tracestate")
+    }
+
+
+def _extract(received: ReceivedMessage) -> Any:
+    """The context `received` carries (W3C attributes first, then AWSTraceHeader), or None."""
+    _, propagate, trace = _api()
+    carrier = {
+        name: attribute.string_value
+        for name, attribute in received.message_attributes.items()
+        if name in ("traceparent", "tracestate") and attribute.string_value
+    }
+    if "traceparent" in carrier:
+        return propagate.extract(carrier)
+    match = _AWS_HEADER.search(received.attributes.get("AWSTraceHeader", ""))
+    if match is None:
+        return None
+    epoch, unique, parent, sampled = match.groups()
+    span_context = trace.SpanContext(
+        trace_id=int(epoch + unique, 16),
+        span_id=int(parent, 16),
+        is_remote=True,
+        trace_flags=trace.TraceFlags(int(sampled)),
+    )
+    return trace.set_span_in_context(trace.NonRecordingSpan(span_context))
+
+
+def _attributes(received: ReceivedMessage) -> dict[str, Any]:
+    return {
+        "messaging.system": "aws_sqs",
+        "messaging.destination.name": received.queue,
+        "messaging.message.id": received.message_id,
+        "messaging.operation.type": "process",
+        "lease_worker.receive_count": received.receive_count,
+    }
+
+
+@contextmanager
+def handler_span(received: ReceivedMessage) -> Iterator[Any]:
+    """A span around one handler run, continuing the message's trace; None without OTel."""
+    api = _api()
+    if api is None:
+        yield None
+        return
+    _, _, trace = api
+    parent = _extract(received)
+    tracer = trace.get_tracer(_TRACER)
+    with tracer.start_as_current_span(
+        f"{received.queue} process",
+        context=parent,
+        kind=trace.SpanKind.CONSUMER,
+        attributes=_attributes(received),
+        record_exception=False,  # an exception's text may quote the body
+        set_status_on_exception=False,
+    ) as span:
+        yield span
+
+
+@contextmanager
+def batch_span(queue: str, received: Sequence[ReceivedMessage]) -> Iterator[Any]:
+    """A span around one batch handler run, linked to each message's context."""
+    api = _api()
+    if api is None:
+        yield None
+        return
+    _, _, trace = api
+    links = []
+    for message in received:
+        parent = _extract(message)
+        if parent is not None:
+            links.append(trace.Link(trace.get_current_span(parent).get_span_context()))
+    with trace.get_tracer(_TRACER).start_as_current_span(
+        f"{queue} process",
+        kind=trace.SpanKind.CONSUMER,
+        links=links,
+        attributes={
+            "messaging.system": "aws_sqs",
+            "messaging.destination.name": queue,
+            "messaging.batch.message_count": len(received),
+        },
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        yield span
+
+
+def set_outcome(span: Any, outcome: str) -> None:
+    """Record the handler's outcome on its span (no-op for None)."""
+    if span is None:
+        return
+    span.set_attribute("lease_worker.outcome", outcome)
+    if outcome in ("failed", "timed_out", "lease_lost"):
+        _, _, trace = _api()
+        span.set_status(trace.Status(trace.StatusCode.ERROR, outcome))
