@@ -6,6 +6,7 @@ Rules:
   side. When a message of a group does not succeed (error, retry, timeout, lost lease,
   shutdown), the later messages of that group already received are released at once, not
   run, so that SQS delivers the group again in its order.
+- A batch handler's messages go to `worker.runtime.batches`, which gathers them per queue.
 - A message is never handled twice at once in this process. When a receive returns a
   message this process already holds (a second copy in one receive, or a redelivery after
   its visibility lapsed), the held lease adopts the newer receipt handle and deadline, and
@@ -24,6 +25,7 @@ import structlog
 from worker.core.lease import Lease
 from worker.core.settlement import Outcome
 from worker.registry import HandlerSpec
+from worker.runtime.batches import Batches
 from worker.runtime.handlers import Executor
 from worker.runtime.lease_keeper import LeaseKeeper
 from worker.types import ReceivedMessage
@@ -51,6 +53,7 @@ class Dispatcher:
         self._log = logger or structlog.get_logger("lease_worker.dispatch")
         self._held: dict[tuple[str, str], Lease] = {}
         self._groups: dict[tuple[str, str], deque[_Entry]] = {}
+        self._batches = Batches(executor=executor, is_fifo=is_fifo)
         self.tasks: asyncio.TaskGroup | None = None
 
     def adopt(self, received: ReceivedMessage, sent_at: float, visibility_s: float) -> bool:
@@ -76,6 +79,9 @@ class Dispatcher:
         key = (received.queue, received.message_id)
         self._held[key] = lease
         spec = self._spec_for(received.queue)
+        if spec.batch is not None:
+            self._batches.add(spec, received, lease, self.tasks)
+            return
         group = received.group_id
         if group is None or not self._is_fifo(received.queue):
             self.tasks.create_task(self._executor.run(spec, received, lease))

@@ -48,7 +48,7 @@ from worker.runtime.threads import DaemonThreads
 from worker.tracing import handler_span, set_outcome
 from worker.types import ReceivedMessage
 
-__all__ = ["Executor", "Observer"]
+__all__ = ["Executor", "Observer", "decode"]
 
 _FORGET = Settlement(Action.FORGET)
 
@@ -78,6 +78,10 @@ class Executor:
         self._observers = observers
         self._log = logger or structlog.get_logger("lease_worker.handler")
         self._chains: dict[str, CallNext] = {}
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
 
     @property
     def threads(self) -> DaemonThreads:
@@ -131,7 +135,7 @@ class Executor:
 
     def skip(self, spec: HandlerSpec, received: ReceivedMessage, lease: Lease) -> None:
         """Release a message without running its handler (to keep a FIFO group in order)."""
-        self._finish(spec, received, lease, Outcome.SKIPPED, 0.0, self._clock.now())
+        self.finish(spec, received, lease, Outcome.SKIPPED, 0.0, self._clock.now())
 
     async def run(self, spec: HandlerSpec, received: ReceivedMessage, lease: Lease) -> Outcome:
         """The whole life of one message's handler task; returns its outcome."""
@@ -144,7 +148,7 @@ class Executor:
                 outcome, retry_after = await self._invoke(spec, received, lease)
             finally:
                 set_outcome(span, outcome.value)
-                self._finish(spec, received, lease, outcome, retry_after, started)
+                self.finish(spec, received, lease, outcome, retry_after, started)
         return outcome
 
     async def _invoke(
@@ -183,7 +187,7 @@ class Executor:
         self, spec: HandlerSpec, received: ReceivedMessage, lease: Lease
     ) -> tuple[Outcome, float]:
         try:
-            message = Message(received, _decode(spec, received), lease)
+            message = Message(received, decode(spec, received), lease)
             await self.chain_for(spec)(message)
         except Discard as signal:
             self._log.info("handler.discarded", reason=signal.reason)
@@ -210,7 +214,7 @@ class Executor:
             return Outcome.FAILED, 0.0
         return Outcome.SUCCEEDED, 0.0
 
-    def _finish(
+    def finish(  # also for each message of a batch (worker.runtime.batches)
         self,
         spec: HandlerSpec,
         received: ReceivedMessage,
@@ -278,7 +282,7 @@ async def _wait_for_thread(done: asyncio.Future[object], lease: Lease) -> object
         scope.resume()
 
 
-def _decode(spec: HandlerSpec, received: ReceivedMessage) -> Any:
+def decode(spec: HandlerSpec, received: ReceivedMessage) -> Any:
     try:
         return spec.decoder(received.body)
     except Exception as error:
