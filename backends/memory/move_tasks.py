@@ -52,8 +52,17 @@ class MessageMoves(QueueCatalog):
             started_timestamp_ms=self._wall_ms(now),
             to_move=len(state.messages),
         )
+        self._forget_old_tasks(name)
         self._advance_moves()
         return handle
+
+    def _forget_old_tasks(self, source: str, keep: int = 10) -> None:
+        """Keep the latest `keep` tasks of `source` (ListMessageMoveTasks shows at most 10):
+        every engine call walks the running ones, and a long-lived engine starts many."""
+        tasks = [handle for handle, task in self._moves.items() if task.source == source]
+        for handle in tasks[:-keep]:
+            if self._moves[handle].status is not MoveStatus.RUNNING:
+                del self._moves[handle]
 
     def list_message_move_tasks(self, source: str, max_results: int = 1) -> list[MessageMoveTask]:
         """The latest `max_results` (1-10) tasks of `source`, newest first."""
@@ -74,8 +83,24 @@ class MessageMoves(QueueCatalog):
         return task.moved
 
     def next_move_due(self) -> float | None:
-        """When the next message of any running task is due (for a waiting receive)."""
-        due = [t for t in (task.next_due() for task in self._moves.values()) if t is not None]
+        """When the next message of any running task may move (for a waiting receive).
+
+        A task whose source has no visible message is stalled until one becomes visible (a
+        visibility or a delay ending): not due before that, or a due time in the past would
+        wake every waiting receive at once, over and over.
+        """
+        due = []
+        for task in self._moves.values():
+            at = task.next_due()
+            source = self._queues.get(task.source)
+            if at is None or source is None:
+                continue
+            if not source.visible:
+                timer = source.next_timer()
+                if timer is None:
+                    continue
+                at = max(at, timer)
+            due.append(at)
         return min(due, default=None)
 
     # -- internals ----------------------------------------------------------------------

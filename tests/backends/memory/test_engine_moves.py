@@ -3,6 +3,8 @@ message move tasks (`start_message_move_task` and its siblings) on a `ManualCloc
 
 from __future__ import annotations
 
+from typing import Any
+
 import anyio
 import pytest
 
@@ -162,3 +164,50 @@ async def test_a_long_poll_on_the_destination_wakes_for_a_move() -> None:
     assert message.body == "m0"
     assert anyio.current_time() - start == pytest.approx(0.5)
     await backend.aclose()
+
+
+def test_a_stalled_move_is_not_due_until_its_message_can_move() -> None:
+    # Once, a task whose messages were all in flight reported a due time in the past: every
+    # long poll, on every queue, woke at once and looped (14,836 receives in one second).
+    clock = ManualClock(100.0)
+    engine = MemoryEngine(clock)
+    dead_lettered(engine, 1)
+    assert len(engine.receive("dlq", 1, visibility_s=30)) == 1  # in flight until 130 s
+    engine.start_message_move_task("dlq")
+    assert engine.next_move_due() == 130.0
+    assert engine.next_wakeup("other") == 130.0
+    clock.advance(30)
+    assert engine.receive("jobs", 1)[0].body == "m0"  # visible again: moved
+
+
+@pytest.mark.asyncio
+async def test_a_long_poll_elsewhere_sleeps_while_a_move_is_stalled() -> None:
+    engine = CountingEngine(LoopClock())
+    backend = MemoryBackend(engine)
+    dead_lettered(engine, 1)
+    engine.receive("dlq", 1, visibility_s=60)
+    engine.start_message_move_task("dlq")
+    engine.receives = 0
+    assert await backend.receive("other", max_messages=1, wait_s=0.3) == []
+    assert engine.receives <= 3
+    await backend.aclose()
+
+
+class CountingEngine(MemoryEngine):
+    receives = 0
+
+    def receive(self, *args: Any, **kwargs: Any) -> Any:
+        self.receives += 1
+        return super().receive(*args, **kwargs)
+
+
+def test_only_the_latest_ten_tasks_of_a_queue_are_kept() -> None:
+    engine = MemoryEngine(ManualClock())
+    dead_lettered(engine, 1)
+    handles = []
+    for _ in range(12):
+        handles.append(engine.start_message_move_task("dlq", destination="other"))
+        engine.send("dlq", [OutgoingMessage(body="again")])  # the next task has work
+    listed = [t.task_handle for t in engine.list_message_move_tasks("dlq", 10)]
+    assert listed == handles[::-1][:10]
+    assert len(engine._moves) == 10
