@@ -83,8 +83,18 @@ def decode(form: Mapping[str, str]) -> tuple[str, dict[str, Any]]:
     for key, value in form.items():
         if key in ("Action", "Version") or key.startswith("X-Amz-"):
             continue
-        _place(tree, key.split("."), value)
+        path = key.split(".", _MAX_KEY_SEGMENTS)
+        if len(path) > _MAX_KEY_SEGMENTS or len(key) > _MAX_KEY_LENGTH:
+            raise SqsError("MalformedQueryString", "A parameter name is too long.")
+        _place(tree, path, value)
     return action, _members(tree)
+
+
+#: SQS's deepest parameter has 7 segments
+#: (SendMessageBatchRequestEntry.1.MessageAttribute.1.Value.DataType, and the like); a
+#: deeper or longer name is refused before anything is built from it.
+_MAX_KEY_SEGMENTS = 10
+_MAX_KEY_LENGTH = 512
 
 
 def _place(tree: dict[str, Any], path: list[str], value: str) -> None:
@@ -181,5 +191,12 @@ def _element(name: str, operation: str, value: Any) -> str:
     return f"<{name}>{_text(str(value))}</{name}>"
 
 
+#: What XML 1.0 cannot carry at all, escaped or not: control characters but tab, newline and
+#: carriage return, lone surrogates, U+FFFE and U+FFFF.
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
 def _text(text: str) -> str:
-    return escape(text, {"\r": "&#xD;"})
+    # A value stored through the JSON protocol (a tag, a policy) may hold such characters:
+    # answered as U+FFFD, so that the answer stays XML a client can parse.
+    return escape(_NOT_XML.sub("\ufffd", text), {"\r": "&#xD;"})
