@@ -43,6 +43,7 @@ OPTIONS = (
     "--max-loop-lag-s",
     "--queue-sample-s",
     "--console-bodies",
+    "--no-console",
     "--log-format",
     "--log-level",
 )

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import aiohttp
 import anyio
 import pytest
+from structlog.testing import capture_logs
 
 from tests.ops.test_listener import listening
 from worker import LeaseConfig, Message, Worker, WorkerConfig
@@ -99,3 +101,72 @@ async def test_the_page_and_its_assets_are_served_with_a_strict_policy() -> None
     for asset in (page[2], script[2], style[2]):  # offline: nothing from another host
         assert b"http://" not in asset.replace(b"http://127.0.0.1", b"")
         assert b"https://" not in asset
+
+
+async def test_a_page_served_under_another_host_name_gets_nothing() -> None:
+    # DNS rebinding: a page of evil.example whose name now resolves to 127.0.0.1 would read
+    # the console with the operator's browser. Loopback-bound, only loopback names answer.
+    started, release = anyio.Event(), anyio.Event()
+    release.set()
+    async with (
+        run_worker(holding_app(started, release)) as harness,
+        listening(harness.supervisor) as port,
+        aiohttp.ClientSession() as session,
+    ):
+        answers = {}
+        for path in ("/", "/api/status", "/api/dlq", "/metrics", "/healthz"):
+            headers = {"Host": f"evil.example:{port}"}
+            async with session.get(f"http://127.0.0.1:{port}{path}", headers=headers) as got:
+                answers[path] = got.status
+        async with session.get(
+            f"http://127.0.0.1:{port}/api/status", headers={"Host": f"localhost:{port}"}
+        ) as local:
+            assert local.status == 200
+    assert answers == {
+        "/": 421,
+        "/api/status": 421,
+        "/api/dlq": 421,
+        "/metrics": 200,
+        "/healthz": 200,
+    }
+
+
+async def test_without_the_console_only_metrics_and_probes_answer() -> None:
+    started, release = anyio.Event(), anyio.Event()
+    release.set()
+    async with (
+        run_worker(holding_app(started, release)) as harness,
+        listening(harness.supervisor, console=False) as port,
+    ):
+        statuses = [(await fetch(port, path))[0] for path in ("/", "/api/status", "/api/dlq")]
+        assert (await fetch(port, "/metrics"))[0] == 200
+    assert statuses == [404, 404, 404]
+
+
+async def test_a_failing_history_sample_is_logged_and_the_worker_runs_on() -> None:
+    three_failures = anyio.Event()
+
+    class Broken(History):
+        calls = 0
+
+        def add(self, at: float, counts: Any) -> None:
+            self.calls += 1
+            if self.calls == 3:
+                three_failures.set()
+            raise RuntimeError("broken")
+
+    started, release = anyio.Event(), anyio.Event()
+    with capture_logs() as logs:
+        async with (
+            run_worker(holding_app(started, release)) as harness,
+            listening(harness.supervisor, history=Broken(interval_s=0.05, span_s=1)) as port,
+        ):
+            await harness.send("jobs", {})
+            await started.wait()
+            with anyio.fail_after(5):
+                await three_failures.wait()
+            assert (await fetch(port, "/healthz"))[0] == 200
+            release.set()
+            await harness.wait_for_handled(1)
+    failed = [e for e in logs if e["event"] == "console.history_failed"]
+    assert len(failed) == 1 and failed[0]["error"] == "RuntimeError"

@@ -105,3 +105,27 @@ async def test_with_the_token_the_same_origin_and_the_name_it_redrives() -> None
     assert (row["queue"], row["sources"], row["visible"]) == ("orders-dlq", ["orders"], 0)
     assert row["tasks"] == [{"status": "COMPLETED", "moved": 1, "to_move": 1}]
     assert listing["actions"] is True
+
+
+async def test_malformed_requests_are_400_not_500() -> None:
+    async with dead_lettered(TOKEN) as (harness, port):
+        listed = await post(port, {"queue": [], "confirm": []}, Authorization=BEARER)
+        boolean = await post(port, {**ASK, "max_per_second": True}, Authorization=BEARER)
+        nothing_moved(harness)
+    assert (listed[0], boolean[0]) == (404, 400)
+
+
+async def test_the_listing_is_served_again_for_five_seconds() -> None:
+    async with dead_lettered(TOKEN) as (harness, port), aiohttp.ClientSession() as session:
+        engine_calls: list[str] = []
+        original = harness.backend.queue_info
+
+        async def counted(queue: str) -> Any:
+            engine_calls.append(queue)
+            return await original(queue)
+
+        harness.backend.queue_info = counted  # type: ignore[method-assign]
+        for _ in range(3):
+            async with session.get(f"http://127.0.0.1:{port}/api/dlq") as response:
+                assert response.status == 200
+    assert engine_calls == ["orders-dlq"]

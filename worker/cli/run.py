@@ -135,6 +135,11 @@ OPTIONS: dict[str, tuple[Option, ...]] = {
             default="5",
         ),
         Option(
+            "--no-console",
+            "serve only /metrics, /healthz and /readyz on the ops listener (no console)",
+            action="store_true",
+        ),
+        Option(
             "--console-bodies",
             "show message bodies (cut to 2,000 characters) on the ops listener's console",
             action="store_true",
@@ -305,6 +310,7 @@ def _ops_listener(
         port=args.ops_port,
         host=args.ops_addr,
         policy=policy,
+        console=not args.no_console,
         console_bodies=args.console_bodies,
         console_token=os.environ.get("LEASE_WORKER_CONSOLE_TOKEN") or None,
     )

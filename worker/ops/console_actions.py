@@ -26,6 +26,8 @@ from worker.runtime.supervisor import Supervisor
 __all__ = ["add_dead_letter_routes"]
 
 _JSON_HEADERS = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
+#: Seconds one dead-letter listing is served again.
+_LISTING_TTL_S = 5.0
 
 
 def _answer(status: int, payload: dict[str, Any]) -> web.Response:
@@ -49,7 +51,18 @@ def _own_dead_letter_queues(supervisor: Supervisor) -> dict[str, list[str]]:
 def add_dead_letter_routes(
     app: web.Application, supervisor: Supervisor, *, token: str | None
 ) -> None:
+    cached: dict[str, tuple[float, int, dict[str, Any]]] = {}
+
     async def listing(request: web.Request) -> web.Response:
+        # Each listing costs calls to the queue service and every open page asks every 5 s:
+        # one answer serves them all for that long (a redrive forgets it).
+        now = supervisor.clock.now()
+        if "listing" not in cached or now - cached["listing"][0] >= _LISTING_TTL_S:
+            cached["listing"] = (now, *await _listing())
+        _, status, payload = cached["listing"]
+        return _answer(status, payload)
+
+    async def _listing() -> tuple[int, dict[str, Any]]:
         backend = supervisor.backend
         rows = []
         try:
@@ -69,8 +82,8 @@ def add_dead_letter_routes(
                     }
                 )
         except (BackendError, ConfigError) as error:
-            return _answer(502, {"error": str(error)[:500]})
-        return _answer(200, {"dead_letter_queues": rows, "actions": token is not None})
+            return 502, {"error": str(error)[:500]}
+        return 200, {"dead_letter_queues": rows, "actions": token is not None}
 
     async def redrive(request: web.Request) -> web.Response:
         refused = _refuse(request, token)
@@ -81,17 +94,18 @@ def add_dead_letter_routes(
         except ValueError:
             return _answer(400, {"error": "the body is not JSON"})
         queue = asked.get("queue") if isinstance(asked, dict) else None
-        if queue not in _own_dead_letter_queues(supervisor):
+        if not isinstance(queue, str) or queue not in _own_dead_letter_queues(supervisor):
             return _answer(404, {"error": "not a dead-letter queue of this worker"})
         if asked.get("confirm") != queue:
             return _answer(400, {"error": "type the queue's name into confirm"})
         rate = asked.get("max_per_second")
-        if rate is not None and not isinstance(rate, int):
+        if rate is not None and (isinstance(rate, bool) or not isinstance(rate, int)):
             return _answer(400, {"error": "max_per_second must be a whole number"})
         try:
             handle = await dead_letters.redrive(supervisor.backend, queue, max_per_second=rate)
         except (BackendError, ConfigError) as error:
             return _answer(409, {"error": str(error)[:500]})
+        cached.clear()
         return _answer(202, {"task_handle": handle, "queue": queue})
 
     app.router.add_get("/api/dlq", listing)

@@ -20,12 +20,15 @@ works. Loopback by default: exposing it is a decision (`--ops-addr 0.0.0.0` in a
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from collections.abc import Iterator, Sequence
 from types import TracebackType
 
 import anyio
+import structlog
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from anyio.abc import TaskGroup
 from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -57,6 +60,7 @@ class OpsListener:
         host: str = "127.0.0.1",
         policy: HealthPolicy | None = None,
         registries: Sequence[CollectorRegistry] | None = None,
+        console: bool = True,
         console_bodies: bool = False,
         console_token: str | None = None,
         history: History | None = None,
@@ -72,19 +76,22 @@ class OpsListener:
         probes = CollectorRegistry(auto_describe=True)
         probes.register(_Probes(supervisor, self._policy))
         self._registries = (probes, *registries)
-        app = web.Application()
+        app = web.Application(middlewares=[_loopback_names_only] if _is_loopback(host) else [])
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
-        self._history = history or History()
+        self._history = (history or History()) if console else None
         self._started_at = supervisor.clock.now() + supervisor.clock.wall_offset_s()
-        add_console_routes(
-            app,
-            lambda: status(
-                supervisor, self._history, started_at=self._started_at, bodies=console_bodies
-            ),
-        )
-        add_dead_letter_routes(app, supervisor, token=console_token or None)
+        if self._history is not None:
+            history_now = self._history
+            add_console_routes(
+                app,
+                lambda: status(
+                    supervisor, history_now, started_at=self._started_at, bodies=console_bodies
+                ),
+            )
+            add_dead_letter_routes(app, supervisor, token=console_token or None)
+        self._log = structlog.get_logger("lease_worker.ops")
         self._tasks: TaskGroup | None = None
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=_CLOSE_TIMEOUT_S)
         self.port: int | None = None
@@ -101,7 +108,8 @@ class OpsListener:
         self.port = _bound_port(self._runner)
         self._tasks = anyio.create_task_group()
         await self._tasks.__aenter__()
-        self._tasks.start_soon(self._sample_history)
+        if self._history is not None:
+            self._tasks.start_soon(self._sample_history, self._history)
         return self
 
     async def __aexit__(
@@ -118,14 +126,21 @@ class OpsListener:
             with anyio.CancelScope(shield=True):
                 await self._runner.cleanup()
 
-    async def _sample_history(self) -> None:
+    async def _sample_history(self, history: History) -> None:
+        """Sample the console's history; a failure is logged once and the sampling goes on:
+        the console is never a reason for the worker to stop."""
         supervisor = self._supervisor
-        metrics = supervisor.metrics
+        failing = False
         while True:
             wall = supervisor.clock.now() + supervisor.clock.wall_offset_s()
-            counts = read_counts(metrics, supervisor.app.registry.queues)
-            self._history.add(wall, counts)
-            await anyio.sleep(self._history.interval_s)
+            try:
+                history.add(wall, read_counts(supervisor.metrics, supervisor.app.registry.queues))
+                failing = False
+            except Exception as error:
+                if not failing:
+                    self._log.error("console.history_failed", error=type(error).__name__)
+                failing = True
+            await anyio.sleep(history.interval_s)
 
     async def _metrics(self, request: web.Request) -> web.Response:
         body = b"".join(generate_latest(registry) for registry in self._registries)
@@ -149,6 +164,34 @@ class _Probes(Collector):
         healthy = liveness(self._supervisor, self._policy).ok
         yield GaugeMetricFamily(f"{prefix}_ready", "1 while /readyz answers 200.", value=ready)
         yield GaugeMetricFamily(f"{prefix}_healthy", "1 while /healthz answers 200.", value=healthy)
+
+
+#: Names a browser may use for a loopback listener. Any other Host header is a page of
+#: another site whose name was made to resolve to 127.0.0.1 (DNS rebinding).
+_LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
+#: Paths any Host may reach: Prometheus and the probes.
+_ANY_HOST = frozenset({"/metrics", "/healthz", "/readyz"})
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+@web.middleware
+async def _loopback_names_only(request: web.Request, handler: Handler) -> web.StreamResponse:
+    if request.path not in _ANY_HOST and _host_name(request.host) not in _LOOPBACK_NAMES:
+        return web.Response(status=421, text="this listener answers only to loopback names")
+    return await handler(request)
+
+
+def _host_name(host: str) -> str:
+    """The Host header without its port ("[::1]:9100" -> "[::1]")."""
+    if host.startswith("["):
+        return host.split("]", 1)[0] + "]"
+    return host.rsplit(":", 1)[0]
 
 
 def _answer(verdict: Verdict) -> web.Response:
