@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry
 from worker.backend import Backend
 from worker.config import ErrorPolicy, OnError, WorkerConfig
 from worker.errors import RegistrationError
+from worker.large_payloads import S3Payloads
 from worker.message import Message
 from worker.middleware import CallNext, Middleware
 from worker.registry import BatchOptions, Decoder, Registry
@@ -65,6 +66,7 @@ class Worker:
         *,
         middleware: Sequence[Middleware] = (),
         name: str = "lease-worker",
+        large_payloads: S3Payloads | None = None,
     ) -> None:
         if config is not None and not isinstance(config, WorkerConfig):
             raise RegistrationError(f"config must be a WorkerConfig, got {config!r}")
@@ -74,6 +76,8 @@ class Worker:
         self.middleware: tuple[Middleware, ...] = tuple(middleware)
         self.startup_hooks: list[Hook] = []
         self.background_tasks: list[Hook] = []
+        #: Bodies stored in S3 by a producer (`worker.large_payloads`) are fetched from here.
+        self.large_payloads = large_payloads
 
     def handler(
         self,
@@ -116,6 +120,7 @@ class Worker:
                 on_error=on_error,
                 max_in_flight=max_in_flight,
                 middleware=layers,
+                large_payloads=self.large_payloads,
             )
             if idempotent is not None:
                 idempotent.attach(self, queue)
@@ -152,6 +157,7 @@ class Worker:
                 on_error=on_error,
                 max_in_flight=max_in_flight,
                 batch=options,
+                large_payloads=self.large_payloads,
             )
             return func
 

@@ -54,6 +54,7 @@ def prepare(
     max_bytes: int,
     content_deduplication: bool,
     extra: Mapping[str, MessageAttribute] = MappingProxyType({}),
+    reserved_attributes: int = 0,
 ) -> OutgoingMessage:
     """The checked wire value of `item`; raises `MessageRejected` naming its index."""
     try:
@@ -64,9 +65,11 @@ def prepare(
         raise MessageRejected(index, "an empty body: SQS requires one")
     attributes = {name: _attribute(index, name, value) for name, value in item.attributes.items()}
     attributes.update(extra)
-    if len(attributes) > MAX_ATTRIBUTES:
+    if len(attributes) > MAX_ATTRIBUTES - reserved_attributes:
         raise MessageRejected(
-            index, f"{len(attributes)} message attributes, SQS takes {MAX_ATTRIBUTES}"
+            index,
+            f"{len(attributes)} message attributes, "
+            f"{MAX_ATTRIBUTES - reserved_attributes} allowed here",
         )
     fifo = queue_name(queue).endswith(".fifo")
     dedup = item.deduplication_id

@@ -30,6 +30,7 @@ import anyio
 
 from worker.backend import Limits
 from worker.errors import ConfigError, SendFailed, TransientBackendError
+from worker.large_payloads import S3Payloads
 from worker.outgoing import AttributeValue, Outgoing, batches, prepare
 from worker.tracing import inject
 from worker.types import BatchResult, EntryFailure, OutgoingMessage
@@ -76,7 +77,7 @@ class Producer:
         backoff_s: float = 0.1,
         max_message_bytes: int = DEFAULT_MAX_BYTES,
         content_deduplication: bool = False,
-        large_payloads: Any = None,
+        large_payloads: S3Payloads | None = None,
     ) -> None:
         if not isinstance(max_attempts, int) or max_attempts < 1:
             raise ConfigError(f"max_attempts={max_attempts!r}: must be a whole number >= 1")
@@ -115,7 +116,9 @@ class Producer:
 
     async def send_many(self, queue: str, items: Iterable[Outgoing | Any]) -> list[SendResult]:
         """Send every item (an `Outgoing`, or a bare body) in full batches; one result each."""
-        messages = [await self._prepare(queue, index, item) for index, item in enumerate(items)]
+        messages = [self._prepare(queue, index, item) for index, item in enumerate(items)]
+        if self._large is not None:  # only once every message passed its checks
+            messages = [await self._large.offload(message) for message in messages]
         results: list[SendResult | None] = [None] * len(messages)
         limit = self.backend.limits.send_batch
         for chunk in batches(messages, max_entries=limit, max_bytes=self._max_bytes):
@@ -123,20 +126,19 @@ class Producer:
                 results[result.index] = result
         return [result for result in results if result is not None]
 
-    async def _prepare(self, queue: str, index: int, item: Any) -> OutgoingMessage:
+    def _prepare(self, queue: str, index: int, item: Any) -> OutgoingMessage:
         if not isinstance(item, Outgoing):
             item = Outgoing(body=item)
-        message = prepare(
+        large = self._large is not None
+        return prepare(
             queue,
             index,
             item,
-            max_bytes=self._max_bytes if self._large is None else self._large.max_body_bytes,
+            max_bytes=S3Payloads.max_body_bytes if large else self._max_bytes,
             content_deduplication=self._content_dedup,
             extra=inject(),
+            reserved_attributes=1 if large else 0,
         )
-        if self._large is not None:
-            message = await self._large.offload(queue, index, message, self._max_bytes)
-        return message
 
     async def _send_chunk(
         self, queue: str, chunk: Sequence[int], messages: Sequence[OutgoingMessage]

@@ -17,6 +17,7 @@ from typing import Any, TypeAlias
 
 from worker.config import ErrorPolicy, OnError
 from worker.errors import ConfigError, RegistrationError
+from worker.large_payloads import S3Payloads
 from worker.message import Message
 from worker.middleware import Middleware
 from worker.rules import QUEUE_NAME_RULE, is_queue_name, queue_name
@@ -84,6 +85,8 @@ class HandlerSpec:
     binding: Binding = _MESSAGE_ONLY
     #: Set for a batch handler (`@app.batch_handler`), which takes a list of messages.
     batch: BatchOptions | None = None
+    #: Where bodies stored in S3 are fetched from before decoding (None: not fetched).
+    large_payloads: S3Payloads | None = None
 
     @property
     def name(self) -> str:
@@ -117,6 +120,7 @@ class Registry:
         max_in_flight: int | None = None,
         middleware: Sequence[Middleware] = (),
         batch: BatchOptions | None = None,
+        large_payloads: S3Payloads | None = None,
     ) -> HandlerSpec:
         _check_queue(queue)
         if queue in self._specs:
@@ -142,6 +146,7 @@ class Registry:
             middleware=tuple(middleware),
             binding=binding,
             batch=batch,
+            large_payloads=large_payloads,
         )
         if batch is not None and not spec.is_async:
             raise RegistrationError(

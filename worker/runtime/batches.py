@@ -32,7 +32,7 @@ from worker.core.settlement import Outcome
 from worker.errors import BatchFailure, DecodeError, Discard, Retry
 from worker.message import Message
 from worker.registry import HandlerSpec
-from worker.runtime.handlers import Executor, decode
+from worker.runtime.handlers import Executor, decode, fetch
 from worker.tracing import batch_span, set_outcome
 from worker.types import ReceivedMessage
 
@@ -116,7 +116,8 @@ class Batches:
             if lease.cancel_reason is not None:
                 continue  # decided in _settle, from the lease
             try:
-                messages.append(Message(received, decode(spec, received), lease))
+                body = decode(spec, await fetch(spec, received))
+                messages.append(Message(received, body, lease))
                 ready.append(received)
             except DecodeError as error:
                 self._log.error(

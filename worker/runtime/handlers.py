@@ -36,6 +36,7 @@ from worker.clock import Clock
 from worker.core.lease import Lease, LeaseState
 from worker.core.settlement import Action, Outcome, Settlement, settlement_for
 from worker.errors import DecodeError, Discard, Duplicate, Retry
+from worker.large_payloads import MissingPayload
 from worker.message import Message
 from worker.middleware import CallNext, build_chain
 from worker.payloads import PayloadError
@@ -48,7 +49,7 @@ from worker.runtime.threads import DaemonThreads
 from worker.tracing import handler_span, set_outcome
 from worker.types import ReceivedMessage
 
-__all__ = ["Executor", "Observer", "decode"]
+__all__ = ["Executor", "Observer", "decode", "fetch"]
 
 _FORGET = Settlement(Action.FORGET)
 
@@ -187,7 +188,7 @@ class Executor:
         self, spec: HandlerSpec, received: ReceivedMessage, lease: Lease
     ) -> tuple[Outcome, float]:
         try:
-            message = Message(received, decode(spec, received), lease)
+            message = Message(received, decode(spec, await fetch(spec, received)), lease)
             await self.chain_for(spec)(message)
         except Discard as signal:
             self._log.info("handler.discarded", reason=signal.reason)
@@ -280,6 +281,17 @@ async def _wait_for_thread(done: asyncio.Future[object], lease: Lease) -> object
                     raise
     finally:
         scope.resume()
+
+
+async def fetch(spec: HandlerSpec, received: ReceivedMessage) -> ReceivedMessage:
+    """`received` with its body fetched from S3 if it holds a pointer (and the worker has a
+    store); an object that cannot be read is a decode failure."""
+    if spec.large_payloads is None:
+        return received
+    try:
+        return await spec.large_payloads.resolve(received)
+    except MissingPayload as error:
+        raise DecodeError(received.message_id, str(error)) from None
 
 
 def decode(spec: HandlerSpec, received: ReceivedMessage) -> Any:
