@@ -51,7 +51,10 @@ def save_snapshot(engine: MemoryEngine, path: Path) -> None:
     """Write the engine's state to `path` atomically."""
     data = json.dumps(dump(engine), separators=(",", ":")).encode()
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with temporary.open("wb") as file:
+    # Owner only: the snapshot holds every message body.
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(descriptor, 0o600)  # a leftover from a crash keeps its mode otherwise
+    with os.fdopen(descriptor, "wb") as file:
         file.write(data)
         file.flush()
         os.fsync(file.fileno())

@@ -16,8 +16,11 @@ import boto3
 import pytest
 from botocore.config import Config
 
+from backends.memory import MemoryEngine
+from backends.serve.sqs.persist import save_snapshot
 from tests.backends.serve.test_bad_requests import ROOT, WAIT_S, free_port
 from tests.json_log import JsonLog
+from worker.clock import ManualClock
 
 pytestmark = pytest.mark.process
 
@@ -108,3 +111,14 @@ def test_a_snapshot_that_does_not_read_stops_the_start(tmp_path: Path) -> None:
     assert done.returncode == 2
     [line] = done.stderr.strip().splitlines()
     assert line.startswith("lease-worker: error: ") and str(state) in line
+
+
+def test_the_snapshot_is_readable_by_its_owner_only(tmp_path: Path) -> None:
+    # It holds every body: once it was written with the umask's 0644, for any local user.
+    old_umask = os.umask(0o022)
+    try:
+        path = tmp_path / "state.json"
+        save_snapshot(MemoryEngine(ManualClock()), path)
+    finally:
+        os.umask(old_umask)
+    assert path.stat().st_mode & 0o777 == 0o600
