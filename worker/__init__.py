@@ -29,6 +29,7 @@ from worker.core.settlement import Outcome
 from worker.errors import (
     AccessDenied,
     BackendError,
+    BatchFailure,
     ConfigError,
     DecodeError,
     Discard,
@@ -37,19 +38,27 @@ from worker.errors import (
     HandlerSignal,
     LeaseLostError,
     LeaseWorkerError,
+    MessageRejected,
     OverLimit,
     QueueNotFound,
     RegistrationError,
     Retry,
+    SendFailed,
     TransientBackendError,
     UnsupportedOperation,
     WorkerCrashed,
 )
+from worker.large_payloads import S3Payloads
 from worker.message import Message
 from worker.middleware import CallNext, Middleware
+from worker.outgoing import Outgoing
+from worker.payload_cleanup import PayloadCleanup
+from worker.payloads import PayloadError
+from worker.producer import Producer, Sender, SendResult
 from worker.registry import Decoder
 from worker.runtime.metrics import Metrics, MetricsSnapshot
 from worker.runtime.supervisor import Supervisor, run, serve
+from worker.sync_producer import SyncProducer
 from worker.types import (
     BatchResult,
     Deletion,
@@ -74,6 +83,7 @@ __all__ = (
     "Backend",
     "BackendError",
     "Backoff",
+    "BatchFailure",
     "BatchResult",
     "CallNext",
     "Clock",
@@ -100,14 +110,19 @@ __all__ = (
     "ManualClock",
     "Message",
     "MessageAttribute",
+    "MessageRejected",
     "Metrics",
     "MetricsSnapshot",
     "Middleware",
     "MoveTask",
     "OnError",
     "Outcome",
+    "Outgoing",
     "OutgoingMessage",
     "OverLimit",
+    "PayloadCleanup",
+    "PayloadError",
+    "Producer",
     "QueueAdmin",
     "QueueInfo",
     "QueueNotFound",
@@ -116,8 +131,13 @@ __all__ = (
     "RedrivePolicy",
     "RegistrationError",
     "Retry",
+    "S3Payloads",
+    "SendFailed",
+    "SendResult",
+    "Sender",
     "ShutdownConfig",
     "Supervisor",
+    "SyncProducer",
     "TransientBackendError",
     "UnsupportedOperation",
     "VisibilityChange",

@@ -42,6 +42,8 @@ DELETE_BUDGET_S = 5.0
 
 
 class PayloadCleanup:
+    """A `Backend` that deletes a large payload's S3 object after its message's delete."""
+
     def __init__(self, inner: Backend, store: S3Payloads, *, logger: Any = None) -> None:
         self.inner = inner
         self.store = store
