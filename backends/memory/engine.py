@@ -21,6 +21,9 @@ SQS is strict):
   the message (on a FIFO queue only while it is in flight); a stale or repeated delete
   follows `HandleRules` (`backends.memory.handles`): refused by default (`STRICT`), or as SQS
   documents it (`SQS`: success on standard queues, refused on FIFO queues).
+- SMQ dialect (`backends.memory.dialects`): a visibility change also retires the handle and
+  answers a new one (`BatchResult.new_handles`); a stale delete is always refused, and so is
+  a delete once the message's visibility has ended.
 - FIFO: without an explicit deduplication id, ContentBasedDeduplication makes it the body's
   SHA-256; a duplicate within 5 minutes of the first send succeeds, returns the first
   MessageId and stores nothing. Standard queues keep a group id (SQS fair queues do) without
@@ -241,6 +244,7 @@ class MemoryEngine(MessageMoves):
         now = self.clock.now()
         succeeded: list[str] = []
         failed: list[EntryFailure] = []
+        new_handles: dict[str, str] = {}
         for entry in entries:
             problem = rules.visibility_problem(entry.visibility_s, self.dialect)
             if problem is None:
@@ -252,11 +256,24 @@ class MemoryEngine(MessageMoves):
                 )
             if problem is None:
                 succeeded.append(entry.entry_id)
+                if self.dialect.rotates_handles:
+                    new_handles[entry.entry_id] = self._rotate(state, entry.receipt_handle)
             else:
                 failed.append(EntryFailure(entry.entry_id, *problem))
         if succeeded:
             self._notify(state.config.name)
-        return BatchResult(succeeded=tuple(succeeded), failed=tuple(failed))
+        return BatchResult(
+            succeeded=tuple(succeeded),
+            failed=tuple(failed),
+            new_handles=MappingProxyType(new_handles),
+        )
+
+    def _rotate(self, state: Queue, handle: str) -> str:
+        """SMQ: a visibility change retires `handle` and hands out a new one."""
+        message_id = state.handles[handle]
+        new = self._new_handle(message_id)
+        state.rehandle(handle, new)
+        return new
 
     def delete(self, queue: str, entries: Sequence[Deletion]) -> BatchResult:
         op = "DeleteMessageBatch"
@@ -279,14 +296,19 @@ class MemoryEngine(MessageMoves):
         message_id = state.handles.get(handle)
         if message_id is not None:
             message = state.messages[message_id]
-            if state.config.fifo and message.state is not MessageState.IN_FLIGHT:
-                return EXPIRED
+            if message.state is not MessageState.IN_FLIGHT:
+                if state.config.fifo:
+                    return EXPIRED
+                if self.dialect.rotates_handles:
+                    # SMQ: a handle is good until the message's NextVisibleTime only.
+                    return "MessageNotInflight", "the receipt handle has expired"
             state.remove(message)
             return None
-        # Handles are `<prefix><counter>.<message id>` (see `_deliverer`).
+        # Handles are `<prefix><counter>.<message id>` (see `_new_handle`).
         issued = handle.startswith(self._id_prefix) and "." in handle
         return stale_delete_problem(
-            self.handle_rules,
+            # SMQ refuses every stale handle: it has no lenient mode.
+            HandleRules.STRICT if self.dialect.rotates_handles else self.handle_rules,
             issued=issued,
             fifo=state.config.fifo,
             still_stored=handle.partition(".")[2] in state.messages,
@@ -356,9 +378,12 @@ class MemoryEngine(MessageMoves):
                 message.first_receive_ms = wall_ms
             message.received_at = now
             message.visible_at = now + visibility_s
-            message.receipt_handle = f"{self._id_prefix}{next(self._ids):x}.{message.message_id}"
+            message.receipt_handle = self._new_handle(message.message_id)
 
         return deliver
+
+    def _new_handle(self, message_id: str) -> str:
+        return f"{self._id_prefix}{next(self._ids):x}.{message_id}"
 
     def _redriver(self, state: Queue) -> Callable[[Message], bool]:
         redrive = state.config.redrive

@@ -246,6 +246,13 @@ class Queue:
         self.set_visible_at(message, visible_at, now)
         return None
 
+    def rehandle(self, handle: str, new_handle: str) -> None:
+        """Retire `handle` (the latest of a stored message) for `new_handle` (SMQ's visibility
+        change): from now on only the new one is valid."""
+        message_id = self.handles.pop(handle)
+        self.handles[new_handle] = message_id
+        self.messages[message_id].receipt_handle = new_handle
+
     def take(
         self,
         count: int,

@@ -28,10 +28,9 @@ Batches
 - Send, change-visibility and delete take 1-10 entries with distinct, valid ids, else the
   whole call fails (`FatalBackendError`, SQS's code). A receive takes 1-10.
 
-Only the SQS dialect is implemented. `Dialect` holds the numbers that differ between services
-and the engine reads every one of them; a later Alibaba Cloud SMQ dialect (batches of 16,
-minimum visibility 1, a new receipt handle from every visibility change, no FIFO, its own error
-codes) needs new fields and code for those behaviours, not just other numbers.
+`Dialect` (`backends.memory.dialects`) holds what differs between services (SQS, SMQ) and
+these checks read every number from it: batch sizes, the visibility range (SMQ: 1-43,200 s,
+for queues too), and whether FIFO queues exist (not on SMQ).
 """
 
 from __future__ import annotations
@@ -82,7 +81,12 @@ def check_queue_name(name: str) -> None:
 
 def check_attributes(config: QueueConfig, dialect: Dialect, operation: str = "CreateQueue") -> None:
     ranges = [
-        ("VisibilityTimeout", config.visibility_timeout_s, 0, dialect.max_visibility_s),
+        (
+            "VisibilityTimeout",
+            config.visibility_timeout_s,
+            dialect.min_visibility_s,
+            dialect.max_visibility_s,
+        ),
         ("DelaySeconds", config.delay_s, 0, dialect.max_delay_s),
         ("MessageRetentionPeriod", config.retention_s, 60, 1_209_600),
         ("MaximumMessageSize", config.max_message_bytes, 1_024, dialect.max_message_bytes),
@@ -97,6 +101,8 @@ def check_attributes(config: QueueConfig, dialect: Dialect, operation: str = "Cr
                 "InvalidAttributeValue",
                 f"{attribute}={value} is not in {low}-{high}",
             )
+    if config.fifo and not dialect.fifo_queues:
+        fail(operation, config.name, "InvalidParameterValue", f"{dialect.name} has no FIFO queues")
     if config.content_based_deduplication and not config.fifo:
         fail(
             operation,
