@@ -4,7 +4,7 @@ Run it against any S3 endpoint (moto's server will do: `python -m moto.server -p
 
     python -m examples.large_payloads --endpoint-url http://127.0.0.1:5000
 
-The queue is the in-memory engine here; with SQS, wrap `backends.connect("sqs", ...)` the
+The queue is the in-memory engine here; with SQS, wrap `await SqsBackend.connect(...)` the
 same way. The producer stores the body in S3 and sends a pointer; the worker fetches the
 body before the handler runs; `PayloadCleanup` deletes the object once the message is
 deleted. The bucket is made if missing.

@@ -10,7 +10,7 @@ needs it. A failed object delete is logged, never raised: the message is gone ei
 
 ::
 
-    backend = PayloadCleanup(backends.connect("sqs", ...), store)
+    backend = PayloadCleanup(await SqsBackend.connect(settings), store)
 """
 
 from __future__ import annotations
