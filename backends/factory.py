@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from backends.memory import MemoryBackend
+from backends.smq import SmqBackend, SmqSettings
 from backends.sqs import SqsBackend, SqsSettings
 from worker.backend import Backend
 from worker.errors import ConfigError
@@ -62,6 +63,19 @@ async def _connect_sqs(options: ConnectOptions) -> Backend:
     return await SqsBackend.connect(settings)
 
 
+async def _connect_smq(options: ConnectOptions) -> Backend:
+    given = [
+        flag
+        for flag, value in (("--region", options.region), ("--queue-url", options.queue_urls))
+        if value
+    ]
+    if given:
+        raise ConfigError(
+            f"{', '.join(given)}: not used by --backend smq (queues by name on --endpoint-url)"
+        )
+    return await SmqBackend.connect(SmqSettings.from_env(options.endpoint_url))
+
+
 BACKENDS: Mapping[str, BackendKind] = MappingProxyType(
     {
         kind.name: kind
@@ -76,6 +90,13 @@ BACKENDS: Mapping[str, BackendKind] = MappingProxyType(
                 name="sqs",
                 description="Amazon SQS (or an SQS-compatible endpoint)",
                 connect=_connect_sqs,
+                embedded=False,
+            ),
+            BackendKind(
+                name="smq",
+                description="Alibaba Cloud SMQ, formerly MNS (or serve-smq); keys from "
+                "ALIBABA_CLOUD_ACCESS_KEY_ID/_SECRET",
+                connect=_connect_smq,
                 embedded=False,
             ),
         )
