@@ -1,8 +1,9 @@
 """The `lease-worker` command (also `python -m worker`).
 
 `lease-worker run APP` runs a worker (`worker.cli.run`); `lease-worker serve-sqs`
-serves the in-memory engine over SQS's protocols (`worker.cli.serve`); `lease-worker dlq`
-lists, inspects and redrives dead-letter queues (`worker.cli.dlq`);
+serves the in-memory engine over SQS's protocols (`worker.cli.serve`), `serve-smq` over
+SMQ's (`worker.cli.serve_smq`); `lease-worker dlq` lists, inspects and redrives dead-letter
+queues (`worker.cli.dlq`); `lease-worker peek` reads without receiving (`worker.cli.peek`);
 `lease-worker --version` prints `lease-worker <version>`.
 
 Invalid settings end the process with status 2 and one line saying which setting and why; a
@@ -19,8 +20,10 @@ from collections.abc import Callable, Sequence
 
 import worker
 from worker.cli import dlq as dlq_command
+from worker.cli import peek as peek_command
 from worker.cli import run as run_command
 from worker.cli import serve as serve_command
+from worker.cli import serve_smq as serve_smq_command
 from worker.cli.loader import load_app
 from worker.cli.logging import configure_logging, resolve_format
 from worker.cli.options import check_env_values
@@ -39,6 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     run_command.add_parser(commands)
     serve_command.add_parser(commands)
     dlq_command.add_parser(commands)
+    serve_smq_command.add_parser(commands)
+    peek_command.add_parser(commands)
     return parser
 
 
@@ -48,6 +53,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "serve-sqs":
         check_env_values(parser, args, serve_command.OPTIONS)
         return serve_command.main(args)
+    if args.command == "serve-smq":
+        check_env_values(parser, args, serve_smq_command.OPTIONS)
+        return serve_smq_command.main(args)
+    if args.command == "peek":
+        check_env_values(parser, args, peek_command.OPTIONS)
+        configure_logging(fmt="console", level="warning")
+        return _reporting(lambda: peek_command.main(args))
     if args.command == "dlq":
         check_env_values(parser, args, dlq_command.OPTIONS)
         configure_logging(fmt="console", level="warning")

@@ -1,0 +1,103 @@
+"""`lease-worker serve-smq`: the in-memory engine's SMQ dialect over Alibaba Cloud SMQ's
+(formerly MNS) REST/XML protocol until signalled (docs/smq.md says what it models).
+
+Requests must be signed with the AccessKey in `ALIBABA_CLOUD_ACCESS_KEY_ID` /
+`ALIBABA_CLOUD_ACCESS_KEY_SECRET` (the variables `--backend smq` signs with), or `test` /
+`test` when they are unset. SIGTERM or SIGINT ends it with status 0; invalid settings exit 2
+with one line; a port that cannot be bound exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import signal
+import sys
+from typing import Any
+
+import anyio
+import structlog
+
+from backends.memory import MemoryEngine
+from backends.memory.dialects import SMQ_DIALECT
+from backends.serve.smq import serve_smq
+from backends.serve.smq.endpoint import DEFAULT_CREDENTIALS
+from worker.cli.logging import configure_logging, resolve_format
+from worker.cli.options import LOG_OPTIONS, Option, add_options
+from worker.clock import LoopClock
+from worker.errors import ConfigError, FatalBackendError
+from worker.types import QueueSpec
+
+__all__ = ["OPTIONS", "add_parser", "main"]
+
+OPTIONS: tuple[Option, ...] = (*LOG_OPTIONS,)
+
+
+def add_parser(commands: Any) -> None:
+    serve = commands.add_parser(
+        "serve-smq",
+        help="serve the in-memory engine as Alibaba Cloud SMQ (REST/XML) until SIGTERM/SIGINT",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=9325, help="port to bind (default: 9325)")
+    serve.add_argument(
+        "--queue",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="create this queue at start; repeatable",
+    )
+    add_options(serve, OPTIONS)
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        configure_logging(fmt=resolve_format(args.log_format), level=args.log_level)
+        if not 0 <= args.port <= 65_535:
+            raise ConfigError(f"--port={args.port}: must be a port number from 0 to 65535")
+        anyio.run(_serve, args)
+    except (ConfigError, ValueError) as error:
+        print(f"lease-worker: error: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:
+        print(
+            f"lease-worker: error: cannot serve on {args.host}:{args.port}: {error}",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+def _credentials() -> dict[str, str]:
+    key_id = os.environ.get("ALIBABA_CLOUD_ACCESS_KEY_ID", "")
+    secret = os.environ.get("ALIBABA_CLOUD_ACCESS_KEY_SECRET", "")
+    if bool(key_id) != bool(secret):
+        raise ConfigError("set both ALIBABA_CLOUD_ACCESS_KEY_ID and _SECRET, or neither")
+    return {key_id: secret} if key_id else dict(DEFAULT_CREDENTIALS)
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    credentials = _credentials()
+    engine = MemoryEngine(LoopClock(), dialect=SMQ_DIALECT)
+    for name in args.queue:
+        try:
+            engine.create_queue(QueueSpec(name))
+        except FatalBackendError as error:
+            raise ConfigError(f"--queue {name!r}: {error}") from None
+    log = structlog.get_logger("lease_worker.cli")
+    serve = functools.partial(
+        serve_smq, engine, host=args.host, port=args.port, credentials=credentials
+    )
+    async with anyio.create_task_group() as tasks:
+        # Listening before the server starts: a signal right after start-up is not lost.
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            url = await tasks.start(serve)
+            log.info("smq_endpoint.started", url=url, queues=len(args.queue))
+            async for signum in signals:
+                log.info("signal.received", signal=signal.Signals(signum).name)
+                break
+        tasks.cancel_scope.cancel()
+    log.info("smq_endpoint.stopped")
