@@ -201,6 +201,17 @@ def _is_pydantic_model(annotation: Any) -> bool:
     )
 
 
+#: pydantic error types whose message comes from user code (a validator), which may quote
+#: the value it refused: only the type is kept.
+_USER_MESSAGES = frozenset({"value_error", "assertion_error"})
+
+
+def _problem(problem: Any) -> str:
+    where = ".".join(str(part) for part in problem["loc"]) or "<body>"
+    text = problem["type"] if problem["type"] in _USER_MESSAGES else problem["msg"]
+    return f"{where}: {text}"
+
+
 def _pydantic(model: Any) -> Callable[[str], Any]:
     validation_error = sys.modules["pydantic"].ValidationError
 
@@ -210,10 +221,7 @@ def _pydantic(model: Any) -> Callable[[str], Any]:
         except validation_error as error:
             # errors() without the input: pydantic's own text quotes the offending values.
             problems = error.errors(include_input=False, include_url=False, include_context=False)
-            text = "; ".join(
-                f"{'.'.join(str(part) for part in problem['loc']) or '<body>'}: {problem['msg']}"
-                for problem in problems
-            )
+            text = "; ".join(_problem(problem) for problem in problems)
             raise PayloadError(f"{model.__qualname__}: {text}") from None
 
     return decode

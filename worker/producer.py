@@ -100,7 +100,8 @@ class Producer:
         group_id: str | None = None,
         deduplication_id: str | None = None,
     ) -> str:
-        """Send one message; returns its message id, or raises `SendFailed`."""
+        """Send one message; returns its message id, or raises `SendFailed` (after the
+        retries a service-side failure gets) or `MessageRejected` (before any call)."""
         item = Outgoing(
             body=body,
             delay_s=delay_s,
@@ -111,8 +112,7 @@ class Producer:
         [result] = await self.send_many(queue, [item])
         if result.failure is not None:
             raise SendFailed(queue, result.failure.code, result.failure.message)
-        assert result.message_id is not None
-        return result.message_id
+        return result.message_id or ""  # every backend here reports ids; "" if one does not
 
     async def send_many(self, queue: str, items: Iterable[Outgoing | Any]) -> list[SendResult]:
         """Send every item (an `Outgoing`, or a bare body) in full batches; one result each."""

@@ -16,7 +16,7 @@ from worker.testing import run_worker
 from worker.types import QueueSpec
 
 pydantic = pytest.importorskip("pydantic")
-from pydantic import BaseModel  # noqa: E402  (after the skip: pydantic is an optional extra)
+from pydantic import BaseModel, field_validator  # noqa: E402  (after the skip: pydantic is an optional extra)
 
 
 class Invoice(BaseModel):
@@ -34,6 +34,20 @@ def test_pydantic_reason_holds_no_input_and_is_truncated() -> None:
     with pytest.raises(PayloadError) as caught:
         _decode(big, "{}")
     assert len(caught.value.reason) == 300 and caught.value.reason.endswith("…")
+
+
+def test_a_validators_own_message_is_not_logged() -> None:
+    class Card(BaseModel):
+        number: str
+
+        @field_validator("number")
+        @classmethod
+        def luhn(cls, value: str) -> str:
+            raise ValueError(f"{value} fails the Luhn check")
+
+    with pytest.raises(PayloadError) as caught:
+        _decode(Card, f'{{"number": "{SECRET}"}}')
+    assert caught.value.reason.endswith(".Card: number: value_error")
 
 
 def test_a_model_round_trips_through_the_producers_encoding() -> None:
