@@ -3,13 +3,15 @@ rate (virtual time: looptime)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import anyio
 import pytest
 
 from backends.memory import MemoryBackend
 from worker import Message, Worker, WorkerConfig
 from worker.testing import run_worker
-from worker.types import OutgoingMessage, QueueSpec, RedrivePolicy
+from worker.types import OutgoingMessage, QueueInfo, QueueSpec, RedrivePolicy
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
 
@@ -50,3 +52,34 @@ async def test_depths_age_and_quota_every_interval_one_call_per_queue() -> None:
     assert 20 <= age <= 25  # sent at 100 s, sampled at 120 s
     assert calls == 1 + 5  # the start-up check, then samples at 0, 30, 60, 90, 120 s
     assert dlq_calls == 5
+
+
+class LikeSqs(MemoryBackend):
+    """The engine, telling queue attributes as SQS does: no oldest message age."""
+
+    async def queue_info(self, queue: str) -> QueueInfo:
+        return replace(await super().queue_info(queue), oldest_message_age_s=None)
+
+
+async def test_without_the_services_figure_the_age_is_the_oldest_received() -> None:
+    app = Worker(WorkerConfig(wait_s=20))
+    release = anyio.Event()
+
+    @app.handler("jobs")
+    async def handle(message: Message) -> None:
+        await release.wait()
+
+    backend = LikeSqs()
+    await backend.create_queue(QueueSpec("jobs"))
+    await backend.send("jobs", [OutgoingMessage(body="{}")])
+    async with run_worker(app, backend=backend, sample_queues_every_s=30) as harness:
+        # Under virtual time a LoopClock's wall offset depends on the virtual time of its
+        # first use: fix the worker's now, at 0 s, as the engine's was at the send.
+        harness.supervisor.clock.wall_offset_s()
+        metrics = harness.supervisor.metrics
+        await anyio.sleep(31)  # received at 0 s; the sample at 30 s takes it
+        age = metrics.value("lease_worker_queue_oldest_message_age_seconds", queue="jobs")
+        await anyio.sleep(30)  # nothing received since: the last value stays
+        kept = metrics.value("lease_worker_queue_oldest_message_age_seconds", queue="jobs")
+        release.set()
+    assert 29 <= age <= 31 and kept == age

@@ -51,6 +51,7 @@ class Receiver:
         on_finish: Callable[[Lease], None],
         on_fatal: Callable[[FatalBackendError], None],
         logger: Any = None,
+        note_sent: bool = False,
     ) -> None:
         self.queue = queue
         self._backend = backend
@@ -67,6 +68,9 @@ class Receiver:
         #: False from a failed receive until the next one that answers: for readiness.
         self.reachable = True
         self._oldest_sent_ms: int | None = None
+        #: Keep the oldest SentTimestamp received, for the queue sampler (only when it runs:
+        #: it costs a lookup and a parse per message).
+        self._note_sent_on = note_sent
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
@@ -126,7 +130,8 @@ class Receiver:
         held = 0
         for received in messages:
             self._metrics.received.labels(self.queue).inc()
-            self._note_sent(received)
+            if self._note_sent_on:
+                self._note_sent(received)
             # Routed by this receiver's own queue (the name or URL the handler was
             # registered under), whatever spelling the backend used.
             if received.queue != self.queue:

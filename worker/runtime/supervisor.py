@@ -333,6 +333,7 @@ class Supervisor:
             dispatch=self._dispatch,
             on_finish=self._finished,
             on_fatal=self._on_fatal,
+            note_sent=self._sampler is not None,
         )
 
     def _oldest_received_age_s(self, queue: str) -> float | None:
