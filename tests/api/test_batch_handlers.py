@@ -6,7 +6,15 @@ import anyio
 import pytest
 
 from tests.recording import RecordingBackend
-from worker import LeaseConfig, Message, Outcome, RegistrationError, Worker, WorkerConfig
+from worker import (
+    LeaseConfig,
+    Message,
+    Outcome,
+    RegistrationError,
+    ShutdownConfig,
+    Worker,
+    WorkerConfig,
+)
 from worker.errors import BatchFailure
 from worker.testing import run_worker
 from worker.types import OutgoingMessage, QueueSpec
@@ -143,3 +151,33 @@ async def test_batch_handler_registration_is_checked() -> None:
 
     with pytest.raises(ValueError, match="max_size=0"):
         app.batch_handler("c", max_size=0)
+
+
+async def test_a_batch_still_running_at_the_end_of_the_grace_is_cancelled_and_released() -> None:
+    app = Worker(
+        WorkerConfig(lease=LEASE, max_in_flight=10, wait_s=20, shutdown=ShutdownConfig(grace_s=5))
+    )
+    started = anyio.Event()
+    cancelled_at: list[float] = []
+
+    @app.batch_handler("jobs", max_size=4, max_wait_s=1)
+    async def handle(messages: list[Message]) -> None:
+        started.set()
+        try:
+            await anyio.sleep(3_600)
+        except anyio.get_cancelled_exc_class():
+            cancelled_at.append(anyio.current_time())
+            raise
+
+    backend = RecordingBackend()
+    await _queue(backend, "jobs", 4)
+    async with run_worker(app, backend=backend) as harness:
+        await started.wait()
+        stop = anyio.current_time()
+        harness.shutdown()
+        records = await harness.wait_for_handled(4)
+    assert [r.outcome for r in records] == [Outcome.SHUTDOWN] * 4
+    assert len(cancelled_at) == 1 and 5 <= cancelled_at[0] - stop < 6
+    assert [call.visibility for call in backend.of("release")] == [(0, 0, 0, 0)]
+    assert backend.of("delete") == []
+    assert backend.inner.engine.counts("jobs").visible == 4
