@@ -77,6 +77,10 @@ class SmqBackend:
         return SMQ_LIMITS
 
     @property
+    def endpoint(self) -> str:
+        return self._endpoint
+
+    @property
     def calls(self) -> int:
         """HTTP calls made so far (for benchmarks)."""
         return self._client.calls

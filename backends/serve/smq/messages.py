@@ -52,8 +52,8 @@ class MessageCalls:
 
     async def send(self, queue: str, raw: bytes) -> Answer:
         """SendMessage (a `<Message>`) or BatchSendMessage (`<Messages>`)."""
-        batch = b"<Messages" in raw[:200]
-        root = wire.parse(raw, "Messages" if batch else "Message")
+        root = wire.parse(raw, "Message", "Messages")
+        batch = wire.local_name(root) == "Messages"
         items = wire.children(root, "Message") if batch else [root]
         outgoing = [_outgoing(str(i), item) for i, item in enumerate(items)]
         if not outgoing:

@@ -23,6 +23,7 @@ __all__ = [
     "document",
     "error_document",
     "list_document",
+    "local_name",
     "parse",
     "text",
 ]
@@ -83,8 +84,9 @@ def error_document(error: SmqError, request_id: str, host_id: str) -> bytes:
     )
 
 
-def parse(raw: bytes, root: str) -> ET.Element:
-    """The request document whose root element is `root` (any namespace)."""
+def parse(raw: bytes, root: str, *others: str) -> ET.Element:
+    """The request document whose root element is `root` or one of `others` (any
+    namespace)."""
     if len(raw) > MAX_XML_BYTES:
         raise SmqError("InvalidArgument", "The request document is too large.")
     if b"<!DOCTYPE" in raw or b"<!ENTITY" in raw:
@@ -93,7 +95,7 @@ def parse(raw: bytes, root: str) -> ET.Element:
         element = ET.fromstring(raw)
     except ET.ParseError:
         raise SmqError("MalformedXML", "The request body is not well-formed XML.") from None
-    if _local(element.tag) != root:
+    if _local(element.tag) not in (root, *others):
         raise SmqError("MalformedXML", f"The request document's root is not <{root}>.")
     return element
 
@@ -122,6 +124,10 @@ def _fill(element: ET.Element, fields: Mapping[str, object]) -> None:
 def _bytes(element: ET.Element) -> bytes:
     written: bytes = ET.tostring(element, encoding="utf-8", xml_declaration=True)
     return written
+
+
+def local_name(element: ET.Element) -> str:
+    return _local(element.tag)
 
 
 def _local(tag: str) -> str:

@@ -72,6 +72,25 @@ async def test_an_extension_hands_back_a_new_handle_and_the_old_one_is_refused()
     assert deleted.succeeded == ("d",)
 
 
+async def test_a_receive_asking_more_than_the_queues_visibility_extends_at_once() -> None:
+    async with smq_pair() as (backend, engine):
+        engine.create_queue(QueueSpec("jobs", visibility_timeout_s=30))
+        await backend.send("jobs", [OutgoingMessage(body="x")])
+        [message] = await backend.receive("jobs", max_messages=1, wait_s=0, visibility_s=120)
+        snapshot = engine.peek("jobs", message.message_id)
+        assert snapshot is not None
+        assert snapshot.visible_at - engine.clock.now() == pytest.approx(120, abs=0.01)
+        assert snapshot.receipt_handle == message.receipt_handle  # the extension's new one
+        await backend.send("jobs", [OutgoingMessage(body="y")])
+        calls = backend.calls
+        [other] = await backend.receive("jobs", max_messages=1, wait_s=0, visibility_s=20)
+        later = engine.peek("jobs", other.message_id)
+        # Asking less leaves the queue's 30 s, with no extra call (the runtime's deadline is
+        # earlier than SMQ's, which is safe).
+        assert later is not None and backend.calls == calls + 1
+        assert later.visible_at - engine.clock.now() == pytest.approx(30, abs=0.01)
+
+
 async def test_a_batch_delete_reports_failures_per_entry() -> None:
     async with smq_pair() as (backend, engine):
         engine.create_queue(QueueSpec("jobs"))
