@@ -149,7 +149,7 @@ def test_run_help_names_every_option_and_the_environment() -> None:
     assert "module:attribute" in run.stdout
     assert "LEASE_WORKER_" in run.stdout
     assert "SIGTERM" in run.stdout
-    assert "{memory,sqs}" in run.stdout and "{auto,console,json}" in run.stdout
+    assert "{memory,sqs,smq}" in run.stdout and "{auto,console,json}" in run.stdout
 
 
 def test_console_script_is_the_same_command() -> None:
