@@ -7,6 +7,7 @@ table names a backend.
 - `memory`: the embedded in-memory engine (`backends.memory`); it starts empty, so the
   CLI creates the app's queues on it.
 - `sqs`: Amazon SQS through aiobotocore (`backends.sqs`).
+- `smq`: Alibaba Cloud SMQ, formerly MNS, through a small async client (`backends.smq`).
 """
 
 from backends.factory import BACKENDS, BackendKind, ConnectOptions, connect
