@@ -55,6 +55,7 @@ def prepare(
     content_deduplication: bool,
     extra: Mapping[str, MessageAttribute] = MappingProxyType({}),
     reserved_attributes: int = 0,
+    trace_header: str | None = None,
 ) -> OutgoingMessage:
     """The checked wire value of `item`; raises `MessageRejected` naming its index."""
     try:
@@ -90,6 +91,7 @@ def prepare(
         message_attributes=MappingProxyType(attributes),
         group_id=item.group_id,
         deduplication_id=dedup,
+        trace_header=trace_header,
     )
     size = size_of(message)
     if size > max_bytes:

@@ -32,7 +32,7 @@ from worker.backend import Limits
 from worker.errors import ConfigError, SendFailed, TransientBackendError
 from worker.large_payloads import S3Payloads
 from worker.outgoing import AttributeValue, Outgoing, batches, prepare
-from worker.tracing import inject
+from worker.tracing import aws_trace_header, inject
 from worker.types import BatchResult, EntryFailure, OutgoingMessage
 
 __all__ = ["Producer", "SendResult", "Sender"]
@@ -137,6 +137,7 @@ class Producer:
             max_bytes=S3Payloads.max_body_bytes if large else self._max_bytes,
             content_deduplication=self._content_dedup,
             extra=inject(),
+            trace_header=aws_trace_header(),
             reserved_attributes=1 if large else 0,
         )
 

@@ -65,6 +65,21 @@ def inject() -> Mapping[str, MessageAttribute]:
     }
 
 
+def aws_trace_header() -> str | None:
+    """The current trace context in X-Ray's format, for the `AWSTraceHeader` system
+    attribute (read by Lambda, X-Ray and other SDKs); None without a span or OTel."""
+    api = _api()
+    if api is None:
+        return None
+    _, _, trace = api
+    context = trace.get_current_span().get_span_context()
+    if not context.is_valid:
+        return None
+    trace_id = f"{context.trace_id:032x}"
+    sampled = 1 if context.trace_flags.sampled else 0
+    return f"Root=1-{trace_id[:8]}-{trace_id[8:]};Parent={context.span_id:016x};Sampled={sampled}"
+
+
 def _extract(received: ReceivedMessage) -> Any:
     """The context `received` carries (W3C attributes first, then AWSTraceHeader), or None."""
     _, propagate, trace = _api()

@@ -74,6 +74,8 @@ class OutgoingMessage:
     )
     group_id: str | None = None
     deduplication_id: str | None = None
+    #: The `AWSTraceHeader` system attribute (X-Ray's `Root=...;Parent=...;Sampled=...`).
+    trace_header: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -142,7 +142,8 @@ class MemoryBackend(DeadLetterCalls):
 
     async def send(self, queue: str, messages: Sequence[OutgoingMessage]) -> BatchResult:
         await self._checkpoint()
-        return self._engine.send(queue, messages)
+        traces = {m.entry_id: m.trace_header for m in messages if m.trace_header is not None}
+        return self._engine.send(queue, messages, trace_headers=traces or None)
 
     async def aclose(self) -> None:
         """Stop this client; pending long polls end with an error. The engine lives on."""

@@ -103,6 +103,10 @@ def send_entry(message: OutgoingMessage) -> dict[str, Any]:
         entry["MessageGroupId"] = message.group_id
     if message.deduplication_id is not None:
         entry["MessageDeduplicationId"] = message.deduplication_id
+    if message.trace_header is not None:
+        entry["MessageSystemAttributes"] = {
+            "AWSTraceHeader": {"DataType": "String", "StringValue": message.trace_header}
+        }
     return entry
 
 

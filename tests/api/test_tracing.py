@@ -150,3 +150,30 @@ def test_importing_the_worker_imports_neither_opentelemetry_nor_pydantic() -> No
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.asyncio
+async def test_the_producer_also_sets_aws_trace_header(spans: InMemorySpanExporter) -> None:
+    # For consumers that read only X-Ray's header (Lambda, other SDKs): the same trace.
+    backend = await _backend()
+    tracer = trace.get_tracer("test")
+    with tracer.start_as_current_span("produce") as span:
+        await Producer(backend).send("orders", {"n": 1})
+        context = span.get_span_context()
+    [received] = await backend.receive("orders", max_messages=1, wait_s=0)
+    trace_id = f"{context.trace_id:032x}"
+    assert received.attributes["AWSTraceHeader"] == (
+        f"Root=1-{trace_id[:8]}-{trace_id[8:]};Parent={context.span_id:016x};Sampled=1"
+    )
+    await backend.aclose()
+
+
+def test_the_sqs_wire_carries_the_trace_header_as_a_system_attribute() -> None:
+    from backends.sqs.wire import send_entry
+    from worker.types import OutgoingMessage
+
+    entry = send_entry(OutgoingMessage(body="b", trace_header="Root=1-a-b;Parent=c;Sampled=1"))
+    assert entry["MessageSystemAttributes"] == {
+        "AWSTraceHeader": {"DataType": "String", "StringValue": "Root=1-a-b;Parent=c;Sampled=1"}
+    }
+    assert "MessageSystemAttributes" not in send_entry(OutgoingMessage(body="b"))
