@@ -63,4 +63,3 @@ def moto_server() -> Iterator[MotoServer]:
     the idempotency stores' DynamoDB): each test makes its own uniquely named resources."""
     with start_moto() as server:
         yield server
-
