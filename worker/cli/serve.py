@@ -9,23 +9,20 @@ from __future__ import annotations
 
 import argparse
 import functools
-import signal
-import sys
 from pathlib import Path
 from typing import Any
 
-import anyio
 import structlog
+from anyio.abc import TaskGroup
 
 from backends.memory import MemoryEngine
 from backends.memory.handles import HandleRules
 from backends.serve.sqs import serve_sqs
 from backends.serve.sqs.persist import load_snapshot, persist_every
-from worker.cli.logging import configure_logging, resolve_format
 from worker.cli.options import LOG_OPTIONS, Option, add_options
+from worker.cli.serving import create_queues, run_server, serve_until_signalled
 from worker.clock import LoopClock
-from worker.errors import ConfigError, FatalBackendError
-from worker.types import QueueSpec
+from worker.errors import ConfigError
 
 __all__ = ["OPTIONS", "add_parser", "main"]
 
@@ -92,25 +89,14 @@ def add_parser(commands: Any) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    try:
-        configure_logging(fmt=resolve_format(args.log_format), level=args.log_level)
-        if args.max_in_flight < 1:
-            raise ConfigError(f"--max-in-flight={args.max_in_flight}: must be >= 1")
-        if args.persist_every <= 0:
-            raise ConfigError(f"--persist-every={args.persist_every}: must be > 0")
-        if not 0 <= args.port <= 65_535:
-            raise ConfigError(f"--port={args.port}: must be a port number from 0 to 65535")
-        anyio.run(_serve, args)
-    except (ConfigError, ValueError) as error:
-        print(f"lease-worker: error: {error}", file=sys.stderr)
-        return 2
-    except OSError as error:
-        print(
-            f"lease-worker: error: cannot serve on {args.host}:{args.port}: {error}",
-            file=sys.stderr,
-        )
-        return 1
-    return 0
+    return run_server(args, _serve, check=_check)
+
+
+def _check(args: argparse.Namespace) -> None:
+    if args.max_in_flight < 1:
+        raise ConfigError(f"--max-in-flight={args.max_in_flight}: must be >= 1")
+    if args.persist_every <= 0:
+        raise ConfigError(f"--persist-every={args.persist_every}: must be > 0")
 
 
 async def _serve(args: argparse.Namespace) -> None:
@@ -122,24 +108,13 @@ async def _serve(args: argparse.Namespace) -> None:
     if args.persist is not None and load_snapshot(engine, args.persist):
         restored = len(engine.list_queues())
         structlog.get_logger("lease_worker.cli").info("sqs_endpoint.restored", queues=restored)
-    for name in args.queue:
-        if name in engine.list_queues():
-            continue  # restored from --persist
-        try:
-            engine.create_queue(QueueSpec(name))
-        except FatalBackendError as error:
-            raise ConfigError(f"--queue {name!r}: {error}") from None
-    log = structlog.get_logger("lease_worker.cli")
+    create_queues(engine, args.queue)
     serve = functools.partial(serve_sqs, engine, host=args.host, port=args.port)
-    async with anyio.create_task_group() as tasks:
+
+    def persist(tasks: TaskGroup) -> None:
         if args.persist is not None:
             tasks.start_soon(persist_every, engine, args.persist, args.persist_every)
-        # Listening before the server starts: a signal right after start-up is not lost.
-        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-            url = await tasks.start(serve)
-            log.info("sqs_endpoint.started", url=url, queues=len(args.queue))
-            async for signum in signals:
-                log.info("signal.received", signal=signal.Signals(signum).name)
-                break
-        tasks.cancel_scope.cancel()
-    log.info("sqs_endpoint.stopped")
+
+    await serve_until_signalled(
+        serve, events="sqs_endpoint", queues=len(args.queue), beside=persist
+    )

@@ -12,22 +12,16 @@ from __future__ import annotations
 import argparse
 import functools
 import os
-import signal
-import sys
 from typing import Any
-
-import anyio
-import structlog
 
 from backends.memory import MemoryEngine
 from backends.memory.dialects import SMQ_DIALECT
 from backends.serve.smq import serve_smq
 from backends.serve.smq.endpoint import DEFAULT_CREDENTIALS
-from worker.cli.logging import configure_logging, resolve_format
 from worker.cli.options import LOG_OPTIONS, Option, add_options
+from worker.cli.serving import create_queues, run_server, serve_until_signalled
 from worker.clock import LoopClock
-from worker.errors import ConfigError, FatalBackendError
-from worker.types import QueueSpec
+from worker.errors import ConfigError
 
 __all__ = ["OPTIONS", "add_parser", "main"]
 
@@ -54,21 +48,7 @@ def add_parser(commands: Any) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    try:
-        configure_logging(fmt=resolve_format(args.log_format), level=args.log_level)
-        if not 0 <= args.port <= 65_535:
-            raise ConfigError(f"--port={args.port}: must be a port number from 0 to 65535")
-        anyio.run(_serve, args)
-    except (ConfigError, ValueError) as error:
-        print(f"lease-worker: error: {error}", file=sys.stderr)
-        return 2
-    except OSError as error:
-        print(
-            f"lease-worker: error: cannot serve on {args.host}:{args.port}: {error}",
-            file=sys.stderr,
-        )
-        return 1
-    return 0
+    return run_server(args, _serve)
 
 
 def _credentials() -> dict[str, str]:
@@ -82,22 +62,8 @@ def _credentials() -> dict[str, str]:
 async def _serve(args: argparse.Namespace) -> None:
     credentials = _credentials()
     engine = MemoryEngine(LoopClock(), dialect=SMQ_DIALECT)
-    for name in args.queue:
-        try:
-            engine.create_queue(QueueSpec(name))
-        except FatalBackendError as error:
-            raise ConfigError(f"--queue {name!r}: {error}") from None
-    log = structlog.get_logger("lease_worker.cli")
+    create_queues(engine, args.queue)
     serve = functools.partial(
         serve_smq, engine, host=args.host, port=args.port, credentials=credentials
     )
-    async with anyio.create_task_group() as tasks:
-        # Listening before the server starts: a signal right after start-up is not lost.
-        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-            url = await tasks.start(serve)
-            log.info("smq_endpoint.started", url=url, queues=len(args.queue))
-            async for signum in signals:
-                log.info("signal.received", signal=signal.Signals(signum).name)
-                break
-        tasks.cancel_scope.cancel()
-    log.info("smq_endpoint.stopped")
+    await serve_until_signalled(serve, events="smq_endpoint", queues=len(args.queue))
