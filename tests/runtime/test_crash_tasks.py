@@ -154,3 +154,36 @@ async def test_a_crashing_settler_still_releases_the_other_held_messages() -> No
     # beside it, and the two never received, are visible again at once.
     assert (counts.visible, counts.in_flight, counts.delayed) == (SENT - 1, 1, 0)
     assert [call.visibility for call in backend.of("release")] == [(0, 0)]
+
+
+async def test_cancelled_from_outside_background_tasks_outlive_the_handlers() -> None:
+    # Found by review: cancelled from outside (an embedding application going down), the
+    # background tasks ended with the services, before the handlers were cancelled. The
+    # idempotency heartbeat is one: it ended its beat (its claims stale at once, its
+    # deferred completions dropped) while the handlers guarded by those claims still ran.
+    app, started = _app(), Started()
+    order: list[str] = []
+
+    @app.handler("jobs")
+    async def long(message: Message) -> None:
+        started()
+        try:
+            await anyio.sleep(3600)
+        finally:
+            order.append("handler")
+
+    @app.background
+    async def heartbeat(context: WorkerContext) -> None:
+        try:
+            await anyio.sleep_forever()
+        finally:
+            order.append("background")
+
+    backend = RecordingBackend()
+    await _fill(backend)
+    with anyio.CancelScope() as outside:
+        async with run_worker(app, backend=backend):
+            await started.all.wait()
+            outside.cancel()
+    assert order == ["handler"] * HELD + ["background"]
+    _assert_every_message_visible(backend)

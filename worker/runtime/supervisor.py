@@ -2,8 +2,11 @@
 
 Tasks::
 
-    services ── lease keeper, settler, loop-lag watcher, background tasks
-      └─ receivers ── one long-poll loop per queue
+    background ── the application's background tasks, each shielded until the run's end:
+      │           they outlive the handlers however the run ends (a cancellation from
+      │           outside included), so a heartbeat never ends claims still in use
+      └─ services ── lease keeper, settler, loop-lag watcher, queue sampler
+           └─ receivers ── one long-poll loop per queue
     handlers ── one task per message, in a task group held by a task of its own
                 (`HandlerTasks`): a handler that will not end cannot hold the exit
 
@@ -139,6 +142,9 @@ class Supervisor:
         self._fatal: FatalBackendError | None = None
         self._crash: WorkerCrashed | None = None
         self._settler_down = False
+        self._background: TaskGroup
+        self._background_scopes: list[anyio.CancelScope] = []
+        self._background_ended = False
         self._context = WorkerContext(backend, self.metrics.registry, self.request_shutdown)
         self._sampler = None
         if sample_queues_every_s is not None:
@@ -222,15 +228,21 @@ class Supervisor:
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         await self.prepare()
-        try:
-            await self._run(task_status)
-        except BaseException:
-            # Cancelled from outside (an embedding application going down), or a bug here:
-            # release what is held from this task, since the settler's own went down too.
-            flush_s = self.app.config.shutdown.flush_timeout_s
-            with anyio.CancelScope(deadline=self.clock.now() + flush_s, shield=True):
-                await self._release_from_here(flush_s / 2)
-            raise
+        # Background tasks outlive the handlers, whatever ends the run: each runs shielded
+        # until `_end_background` (an idempotency heartbeat must not end its claims while
+        # the handlers they guard still run).
+        async with anyio.create_task_group() as self._background:
+            try:
+                await self._run(task_status)
+            except BaseException:
+                # Cancelled from outside (an embedding application going down), or a bug
+                # here: release what is held from this task; the settler's went down too.
+                flush_s = self.app.config.shutdown.flush_timeout_s
+                with anyio.CancelScope(deadline=self.clock.now() + flush_s, shield=True):
+                    await self._release_from_here(flush_s / 2)
+                raise
+            finally:
+                self._end_background()
         self._log.info("shutdown.complete")
         if self._crash is not None:
             raise self._crash
@@ -289,11 +301,23 @@ class Supervisor:
                     await receivers.start(self._service, name, receiver.run)
             for task in self.app.background_tasks:
                 name = f"background task {getattr(task, '__qualname__', repr(task))}"
-                services.start_soon(self._watch, name, task(self._context))
+                self._background.start_soon(self._background_task, name, task)
             self._log.info("worker.started", queues=self.app.registry.queues)
             task_status.started()
             await self._stop_receiving.wait()
             receivers.cancel_scope.cancel()
+
+    async def _background_task(self, name: str, task: Callable[..., Awaitable[None]]) -> None:
+        with anyio.CancelScope(shield=True) as scope:
+            self._background_scopes.append(scope)
+            if self._background_ended:  # the run ended before this task began
+                scope.cancel()
+            await self._watch(name, task(self._context))
+
+    def _end_background(self) -> None:
+        self._background_ended = True
+        for scope in self._background_scopes:
+            scope.cancel()
 
     async def _service(
         self,
