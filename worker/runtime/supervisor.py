@@ -33,6 +33,7 @@ doubling pause for `STARTUP_CALL_TIMEOUTS` call timeouts (60 s by default), then
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -51,6 +52,7 @@ from worker.errors import (
     FatalBackendError,
     WorkerCrashed,
 )
+from worker.runtime.background import BackgroundTasks
 from worker.runtime.dispatcher import Dispatcher
 from worker.runtime.handlers import Executor, Observer
 from worker.runtime.lease_keeper import LeaseKeeper
@@ -142,9 +144,8 @@ class Supervisor:
         self._fatal: FatalBackendError | None = None
         self._crash: WorkerCrashed | None = None
         self._settler_down = False
-        self._background: TaskGroup
-        self._background_scopes: list[anyio.CancelScope] = []
-        self._background_ended = False
+        self._background_group: TaskGroup
+        self._background = BackgroundTasks()
         self._context = WorkerContext(backend, self.metrics.registry, self.request_shutdown)
         self._sampler = None
         if sample_queues_every_s is not None:
@@ -228,10 +229,8 @@ class Supervisor:
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         await self.prepare()
-        # Background tasks outlive the handlers, whatever ends the run: each runs shielded
-        # until `_end_background` (an idempotency heartbeat must not end its claims while
-        # the handlers they guard still run).
-        async with anyio.create_task_group() as self._background:
+        # Background tasks outlive the handlers, whatever ends the run (BackgroundTasks).
+        async with anyio.create_task_group() as self._background_group:
             try:
                 await self._run(task_status)
             except BaseException:
@@ -242,7 +241,7 @@ class Supervisor:
                     await self._release_from_here(flush_s / 2)
                 raise
             finally:
-                self._end_background()
+                self._background.end()
         self._log.info("shutdown.complete")
         if self._crash is not None:
             raise self._crash
@@ -301,23 +300,12 @@ class Supervisor:
                     await receivers.start(self._service, name, receiver.run)
             for task in self.app.background_tasks:
                 name = f"background task {getattr(task, '__qualname__', repr(task))}"
-                self._background.start_soon(self._background_task, name, task)
+                work = functools.partial(self._watch, name, task(self._context))
+                self._background.start(self._background_group, work)
             self._log.info("worker.started", queues=self.app.registry.queues)
             task_status.started()
             await self._stop_receiving.wait()
             receivers.cancel_scope.cancel()
-
-    async def _background_task(self, name: str, task: Callable[..., Awaitable[None]]) -> None:
-        with anyio.CancelScope(shield=True) as scope:
-            self._background_scopes.append(scope)
-            if self._background_ended:  # the run ended before this task began
-                scope.cancel()
-            await self._watch(name, task(self._context))
-
-    def _end_background(self) -> None:
-        self._background_ended = True
-        for scope in self._background_scopes:
-            scope.cancel()
 
     async def _service(
         self,
