@@ -113,10 +113,25 @@ def _attributes(received: ReceivedMessage) -> dict[str, Any]:
     }
 
 
+def _recording() -> Any:
+    """The OTel modules when spans are recorded: OTel installed and a tracer provider set.
+    With the API alone (often installed by another package) every span would be a no-op
+    that still costs microseconds per message: none is made."""
+    api = _api()
+    if api is None:
+        return None
+    trace = api[2]
+    provider = trace.get_tracer_provider()
+    if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
+        return None
+    return api
+
+
 @contextmanager
 def handler_span(received: ReceivedMessage) -> Iterator[Any]:
-    """A span around one handler run, continuing the message's trace; None without OTel."""
-    api = _api()
+    """A span around one handler run, continuing the message's trace; None without OTel
+    or without a tracer provider."""
+    api = _recording()
     if api is None:
         yield None
         return
@@ -137,7 +152,7 @@ def handler_span(received: ReceivedMessage) -> Iterator[Any]:
 @contextmanager
 def batch_span(queue: str, received: Sequence[ReceivedMessage]) -> Iterator[Any]:
     """A span around one batch handler run, linked to each message's context."""
-    api = _api()
+    api = _recording()
     if api is None:
         yield None
         return
