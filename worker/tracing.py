@@ -14,7 +14,9 @@ one failed `import` at first use.
 
 from __future__ import annotations
 
+import math
 import re
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from types import MappingProxyType
@@ -22,7 +24,14 @@ from typing import Any
 
 from worker.types import MessageAttribute, ReceivedMessage
 
-__all__ = ["batch_span", "handler_span", "inject", "set_outcome"]
+__all__ = [
+    "aws_trace_header",
+    "batch_span",
+    "forget_provider",
+    "handler_span",
+    "inject",
+    "set_outcome",
+]
 
 _EMPTY: Mapping[str, MessageAttribute] = MappingProxyType({})
 _TRACER = "lease_worker"
@@ -32,6 +41,9 @@ _AWS_HEADER = re.compile(
 
 _otel: Any = None
 _loaded = False
+_provider_api: Any = None
+_provider_checked_at = -math.inf
+_PROVIDER_RECHECK_S = 1.0
 
 
 def _api() -> Any:
@@ -116,7 +128,19 @@ def _attributes(received: ReceivedMessage) -> dict[str, Any]:
 def _recording() -> Any:
     """The OTel modules when spans are recorded: OTel installed and a tracer provider set.
     With the API alone (often installed by another package) every span would be a no-op
-    that still costs microseconds per message: none is made."""
+    that still costs microseconds per message: none is made.
+
+    A provider, once set, stays (OTel sets it once): that answer is kept. Until then the
+    question is asked again at most once a second (asking costs an environment lookup),
+    so a provider set after the worker started is in use within a second.
+    """
+    global _provider_api, _provider_checked_at
+    if _provider_api is not None:
+        return _provider_api
+    now = time.monotonic()
+    if now - _provider_checked_at < _PROVIDER_RECHECK_S:
+        return None
+    _provider_checked_at = now
     api = _api()
     if api is None:
         return None
@@ -124,7 +148,14 @@ def _recording() -> Any:
     provider = trace.get_tracer_provider()
     if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
         return None
+    _provider_api = api
     return api
+
+
+def forget_provider() -> None:
+    """Ask again at the next span (for tests that set a tracer provider)."""
+    global _provider_api, _provider_checked_at
+    _provider_api, _provider_checked_at = None, -math.inf
 
 
 @contextmanager

@@ -33,6 +33,7 @@ def spans() -> Iterator[InMemorySpanExporter]:
         provider = TracerProvider()
         provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
         trace.set_tracer_provider(provider)
+    worker.tracing.forget_provider()  # a check without a provider is kept for a second
     _EXPORTER.clear()
     yield _EXPORTER
     _EXPORTER.clear()
@@ -133,6 +134,7 @@ def test_without_opentelemetry_nothing_is_injected_or_traced(
     monkeypatch.setitem(sys.modules, "opentelemetry", None)  # `import opentelemetry` fails
     monkeypatch.setattr(worker.tracing, "_loaded", False)  # both restored after the test
     monkeypatch.setattr(worker.tracing, "_otel", None)
+    worker.tracing.forget_provider()  # what an earlier test found is not kept
     tracer = trace.get_tracer("checkout")
     with tracer.start_as_current_span("checkout"):
         assert worker.tracing.inject() == {}
