@@ -27,23 +27,20 @@ from __future__ import annotations
 import functools
 import itertools
 import secrets
-import socket
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, TypeVar
 
 import anyio
 import structlog
 from aiohttp import web
 from anyio.abc import TaskStatus
-from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from backends.memory import MemoryBackend
 from backends.memory.dialects import SMQ_DIALECT
 from backends.memory.engine import MemoryEngine
+from backends.serve.listening import EngineEndpoint, bind, endpoint_in_thread, serve_until_cancelled
 from backends.serve.smq import wire
 from backends.serve.smq.messages import Answer, MessageCalls
 from backends.serve.smq.queues import POLLING_WAIT, QueueCalls
@@ -54,7 +51,6 @@ from worker.errors import FatalBackendError, QueueNotFound
 
 __all__ = ["DEFAULT_CREDENTIALS", "SmqEndpoint", "serve_smq", "smq_endpoint_in_thread"]
 
-_T = TypeVar("_T")
 DEFAULT_CREDENTIALS: Mapping[str, str] = MappingProxyType({"test": "test"})
 _log = structlog.get_logger("lease_worker.smq_endpoint")
 _ENGINE_CODES = {"QueueAlreadyExists": "QueueAlreadyExist"}
@@ -185,18 +181,6 @@ async def _body(request: web.BaseRequest, timeout_s: float = 30.0) -> bytes:
     return raw
 
 
-def _bind(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-    except BaseException:
-        sock.close()
-        raise
-    return sock
-
-
 async def serve_smq(
     engine: MemoryEngine | None = None,
     *,
@@ -214,36 +198,13 @@ async def serve_smq(
             f"serve_smq needs an engine with the SMQ dialect, not {engine.dialect.name}"
         )
     backend = MemoryBackend(engine)
-    sock = _bind(host, port)
-    bound = f"[{host}]" if ":" in host else host
-    url = f"http://{bound}:{sock.getsockname()[1]}"
-    wildcard = host in ("0.0.0.0", "::", "")
-    handler = _Handler(backend, credentials, None if wildcard else url)
-    server = web.Server(handler, handler_cancellation=True, access_log=None, lingering_time=0)
-    runner = web.ServerRunner(server, shutdown_timeout=1.0)
-    try:
-        await runner.setup()
-        await web.SockSite(runner, sock).start()
-        task_status.started(url)
-        await anyio.sleep_forever()
-    finally:
-        with anyio.CancelScope(shield=True):
-            await runner.cleanup()
-            sock.close()
-            await backend.aclose()
+    bound = bind(host, port)
+    handler = _Handler(backend, credentials, None if bound.wildcard else bound.url)
+    await serve_until_cancelled(handler, bound, task_status, close=backend.aclose)
 
 
-@dataclass(frozen=True, slots=True)
-class SmqEndpoint:
+class SmqEndpoint(EngineEndpoint):
     """A `serve_smq` running in a thread of its own (see `smq_endpoint_in_thread`)."""
-
-    url: str
-    engine: MemoryEngine
-    portal: BlockingPortal
-
-    def call(self, function: Callable[..., _T], *args: Any) -> _T:
-        """Run a synchronous `function(*args)` on the server's event loop (engine hooks)."""
-        return self.portal.call(function, *args)
 
 
 @contextmanager
@@ -251,11 +212,7 @@ def smq_endpoint_in_thread(
     *, host: str = "127.0.0.1", port: int = 0, credentials: Mapping[str, str] = DEFAULT_CREDENTIALS
 ) -> Iterator[SmqEndpoint]:
     """Run an endpoint over a new SMQ-dialect engine in a background thread; stopped on exit."""
-    with start_blocking_portal(name="smq-endpoint") as portal:
-        engine = portal.call(functools.partial(MemoryEngine, LoopClock(), dialect=SMQ_DIALECT))
-        serve = functools.partial(serve_smq, engine, host=host, port=port, credentials=credentials)
-        future, url = portal.start_task(serve, name="smq-endpoint")
-        try:
-            yield SmqEndpoint(url, engine, portal)
-        finally:
-            future.cancel()
+    make_engine = functools.partial(MemoryEngine, LoopClock(), dialect=SMQ_DIALECT)
+    serve = functools.partial(serve_smq, host=host, port=port, credentials=credentials)
+    with endpoint_in_thread(SmqEndpoint, make_engine, serve, name="smq-endpoint") as endpoint:
+        yield endpoint

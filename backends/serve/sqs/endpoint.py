@@ -34,22 +34,21 @@ import itertools
 import json
 import re
 import secrets
-import socket
 import urllib.parse
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import anyio
 import structlog
 from aiohttp import web
 from anyio.abc import TaskStatus
-from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from backends.memory import MemoryBackend
 from backends.memory.engine import MemoryEngine
 from backends.memory.handles import HandleRules
+from backends.serve.listening import EngineEndpoint, bind, endpoint_in_thread, serve_until_cancelled
 from backends.serve.sqs import errors as wire_errors
 from backends.serve.sqs import query as wire_query
 from backends.serve.sqs.errors import SqsError
@@ -59,7 +58,6 @@ from worker.clock import LoopClock
 
 __all__ = ["SqsEndpoint", "serve_sqs", "sqs_endpoint_in_thread"]
 
-_T = TypeVar("_T")
 _JSON = "application/x-amz-json-1.0"
 _TARGET = re.compile(r"AmazonSQS\.([A-Za-z]{1,64})\Z")
 #: Refusals made before an operation runs: each gets one log line.
@@ -182,18 +180,6 @@ def _encode(answer: Mapping[str, Any]) -> bytes:
     return json.dumps(answer, ensure_ascii=False, separators=(",", ":")).encode()
 
 
-def _bind(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-    except BaseException:
-        sock.close()
-        raise
-    return sock
-
-
 def _backend(target: MemoryEngine | MemoryBackend | None) -> tuple[MemoryBackend, bool]:
     """The backend to serve with, and whether this server owns (and closes) it."""
     if isinstance(target, MemoryBackend):
@@ -220,45 +206,17 @@ async def serve_sqs(
     nothing is authenticated.
     """
     backend, owned = _backend(target)
-    sock = _bind(host, port)
-    bound = f"[{host}]" if ":" in host else host
-    url = f"http://{bound}:{sock.getsockname()[1]}"
-    wildcard = host in ("0.0.0.0", "::", "")
+    bound = bind(host, port)
     service = SqsService(backend, region=region, account=account)
-    server = web.Server(
-        _Handler(service, None if wildcard else url, _Bounds(max_request_bytes, body_timeout_s)),
-        handler_cancellation=True,
-        access_log=None,
-        # A body left unread (refused: too large, too slow) is not drained after the
-        # answer, which aiohttp does by default for 10 s: the connection closes instead.
-        lingering_time=0,
+    bounds = _Bounds(max_request_bytes, body_timeout_s)
+    handler = _Handler(service, None if bound.wildcard else bound.url, bounds)
+    await serve_until_cancelled(
+        handler, bound, task_status, close=backend.aclose if owned else None
     )
-    runner = web.ServerRunner(server, shutdown_timeout=1.0)
-    try:
-        await runner.setup()
-        await web.SockSite(runner, sock).start()
-        task_status.started(url)
-        await anyio.sleep_forever()
-    finally:
-        with anyio.CancelScope(shield=True):
-            await runner.cleanup()
-            sock.close()
-            if owned:
-                await backend.aclose()
 
 
-@dataclass(frozen=True, slots=True)
-class SqsEndpoint:
+class SqsEndpoint(EngineEndpoint):
     """A `serve_sqs` running in a thread of its own (see `sqs_endpoint_in_thread`)."""
-
-    url: str
-    #: Owned by the server's thread: touch it only through `call`.
-    engine: MemoryEngine
-    portal: BlockingPortal
-
-    def call(self, function: Callable[..., _T], *args: Any) -> _T:
-        """Run a synchronous `function(*args)` on the server's event loop (engine hooks)."""
-        return self.portal.call(function, *args)
 
 
 @contextmanager
@@ -272,17 +230,9 @@ def sqs_endpoint_in_thread(
     handle_rules: HandleRules = HandleRules.STRICT,
 ) -> Iterator[SqsEndpoint]:
     """Run an endpoint over a new engine in a background thread; stopped on exit."""
-    with start_blocking_portal(name="sqs-endpoint") as portal:
-        engine = portal.call(
-            functools.partial(
-                MemoryEngine, LoopClock(), max_in_flight=max_in_flight, handle_rules=handle_rules
-            )
-        )
-        serve = functools.partial(
-            serve_sqs, engine, host=host, port=port, region=region, account=account
-        )
-        future, url = portal.start_task(serve, name="sqs-endpoint")
-        try:
-            yield SqsEndpoint(url, engine, portal)
-        finally:
-            future.cancel()
+    make_engine = functools.partial(
+        MemoryEngine, LoopClock(), max_in_flight=max_in_flight, handle_rules=handle_rules
+    )
+    serve = functools.partial(serve_sqs, host=host, port=port, region=region, account=account)
+    with endpoint_in_thread(SqsEndpoint, make_engine, serve, name="sqs-endpoint") as endpoint:
+        yield endpoint
