@@ -28,6 +28,7 @@ __all__ = [
     "ENTRY_ID_RULE",
     "LEGACY_CODE_PREFIX",
     "QUEUE_NAME_RULE",
+    "SMQ_LIMITS",
     "SQS_IN_FLIGHT_LIMIT",
     "SQS_LIMITS",
     "bare_code",
@@ -40,11 +41,11 @@ __all__ = [
     "queue_name_in_arn",
 ]
 
-#: What Amazon SQS allows per call.
 #: Messages in flight per queue, standard and FIFO alike (the AWS quota pages; older docs
 #: said 20,000 for FIFO). A quota, not a call limit: AWS Support can raise it.
 SQS_IN_FLIGHT_LIMIT = 120_000
 
+#: What Amazon SQS allows per call.
 SQS_LIMITS = Limits(
     receive_batch=10,
     delete_batch=10,
@@ -57,6 +58,24 @@ SQS_LIMITS = Limits(
     max_lease_s=43_200,
     extension_returns_new_handle=False,
     supports_peek=False,
+)
+
+#: What Alibaba Cloud SMQ allows per call: receive, delete and send 16; one visibility
+#: change per call, handing out a new receipt handle; releases to 1 s; 30 s long polls;
+#: BatchPeekMessage. SMQ documents no cap counted from the receive: 12 h is the
+#: conservative reading (one visibility change may not reach past it either).
+SMQ_LIMITS = Limits(
+    receive_batch=16,
+    delete_batch=16,
+    extend_batch=1,
+    release_batch=1,
+    send_batch=16,
+    max_wait_s=30,
+    min_release_visibility_s=1,
+    max_visibility_s=43_200,
+    max_lease_s=43_200,
+    extension_returns_new_handle=True,
+    supports_peek=True,
 )
 
 #: The queue-name rule in words, for error messages.

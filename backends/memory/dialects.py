@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from worker.backend import Limits
-from worker.rules import SQS_LIMITS
+from worker.rules import SMQ_LIMITS, SQS_LIMITS
 
 __all__ = ["SMQ_DIALECT", "SQS_DIALECT", "Dialect"]
 
@@ -88,18 +88,18 @@ SQS_DIALECT = Dialect(
 
 SMQ_DIALECT = Dialect(
     name="smq",
-    max_batch_entries=16,
-    max_receive=16,
-    min_visibility_s=1,
-    max_visibility_s=43_200,
+    max_batch_entries=SMQ_LIMITS.delete_batch,
+    max_receive=SMQ_LIMITS.receive_batch,
+    min_visibility_s=SMQ_LIMITS.min_release_visibility_s,
+    max_visibility_s=SMQ_LIMITS.max_visibility_s,
     # SMQ documents no cap counted from the receive; 12 h is the conservative reading
     # (one visibility change may not reach past it either).
-    max_lease_s=43_200,
+    max_lease_s=SMQ_LIMITS.max_lease_s,
     max_delay_s=604_800,
     max_message_bytes=65_536,
-    max_wait_s=30,
-    max_change_entries=1,
-    rotates_handles=True,
+    max_wait_s=SMQ_LIMITS.max_wait_s,
+    max_change_entries=SMQ_LIMITS.extend_batch,
+    rotates_handles=SMQ_LIMITS.extension_returns_new_handle,
     fifo_queues=False,
-    peek=True,
+    peek=SMQ_LIMITS.supports_peek,
 )

@@ -31,6 +31,7 @@ from backends.smq.client import SmqClient, quote
 from backends.smq.settings import SmqSettings
 from worker.backend import Limits
 from worker.errors import QueueNotFound, UnsupportedOperation
+from worker.rules import SMQ_LIMITS
 from worker.types import (
     BatchResult,
     Deletion,
@@ -44,20 +45,6 @@ from worker.types import (
 )
 
 __all__ = ["SMQ_LIMITS", "SmqBackend"]
-
-SMQ_LIMITS = Limits(
-    receive_batch=16,
-    delete_batch=16,
-    extend_batch=1,
-    release_batch=1,
-    send_batch=16,
-    max_wait_s=30,
-    min_release_visibility_s=1,
-    max_visibility_s=43_200,
-    max_lease_s=43_200,
-    extension_returns_new_handle=True,
-    supports_peek=True,
-)
 
 
 class SmqBackend:
