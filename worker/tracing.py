@@ -17,8 +17,8 @@ from __future__ import annotations
 import math
 import re
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from types import MappingProxyType
 from typing import Any
 
@@ -158,42 +158,40 @@ def forget_provider() -> None:
     _provider_api, _provider_checked_at = None, -math.inf
 
 
-@contextmanager
-def handler_span(received: ReceivedMessage) -> Iterator[Any]:
-    """A span around one handler run, continuing the message's trace; None without OTel
-    or without a tracer provider."""
+#: What a handler runs in when no span is made: reused, it costs one call a message.
+_NO_SPAN: AbstractContextManager[None] = nullcontext()
+
+
+def handler_span(received: ReceivedMessage) -> AbstractContextManager[Any]:
+    """A span around one handler run, continuing the message's trace; None (as the
+    context's value) without OTel or without a tracer provider."""
     api = _recording()
     if api is None:
-        yield None
-        return
+        return _NO_SPAN
     _, _, trace = api
-    parent = _extract(received)
-    tracer = trace.get_tracer(_TRACER)
-    with tracer.start_as_current_span(
+    span: AbstractContextManager[Any] = trace.get_tracer(_TRACER).start_as_current_span(
         f"{received.queue} process",
-        context=parent,
+        context=_extract(received),
         kind=trace.SpanKind.CONSUMER,
         attributes=_attributes(received),
         record_exception=False,  # an exception's text may quote the body
         set_status_on_exception=False,
-    ) as span:
-        yield span
+    )
+    return span
 
 
-@contextmanager
-def batch_span(queue: str, received: Sequence[ReceivedMessage]) -> Iterator[Any]:
+def batch_span(queue: str, received: Sequence[ReceivedMessage]) -> AbstractContextManager[Any]:
     """A span around one batch handler run, linked to each message's context."""
     api = _recording()
     if api is None:
-        yield None
-        return
+        return _NO_SPAN
     _, _, trace = api
     links = []
     for message in received:
         parent = _extract(message)
         if parent is not None:
             links.append(trace.Link(trace.get_current_span(parent).get_span_context()))
-    with trace.get_tracer(_TRACER).start_as_current_span(
+    span: AbstractContextManager[Any] = trace.get_tracer(_TRACER).start_as_current_span(
         f"{queue} process",
         kind=trace.SpanKind.CONSUMER,
         links=links,
@@ -204,8 +202,8 @@ def batch_span(queue: str, received: Sequence[ReceivedMessage]) -> Iterator[Any]
         },
         record_exception=False,
         set_status_on_exception=False,
-    ) as span:
-        yield span
+    )
+    return span
 
 
 def set_outcome(span: Any, outcome: str) -> None:
