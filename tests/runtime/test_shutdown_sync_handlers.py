@@ -95,6 +95,8 @@ async def test_a_sync_handler_still_running_at_the_end_is_left_to_lapse_not_rele
         with anyio.fail_after(GRACE_S + FLUSH_S + 1):
             async with run_worker(app, backend=backend) as harness:
                 await _wait(handler.started)
+                assert harness.supervisor.snapshot().abandoned_threads == 0  # still held
+        assert harness.supervisor.snapshot().abandoned_threads == 1  # given up, still running
         assert backend.of("release") == []
         snapshot = backend.inner.engine.peek("jobs", message_id)
         assert snapshot is not None and snapshot.state.value == "in_flight"

@@ -188,9 +188,12 @@ class Supervisor:
         for lease in self._held:
             left = lease.deadline - now
             nearest[lease.queue] = min(nearest.get(lease.queue, left), left)
-        held = {(lease.queue, lease.message_id) for lease in self._held}
-        abandoned = [key for key in self.executor.threads.running_keys() if key not in held]
-        return MetricsSnapshot(nearest, self.settler.pending, len(abandoned))
+        abandoned = 0
+        running = self.executor.threads.running_keys()
+        if running:  # a set of every held message only when a thread runs at all
+            held = {(lease.queue, lease.message_id) for lease in self._held}
+            abandoned = sum(key not in held for key in running)
+        return MetricsSnapshot(nearest, self.settler.pending, abandoned)
 
     @property
     def handlers_running(self) -> bool:
