@@ -7,7 +7,7 @@ the copies with the outcome `duplicate` (`handler.duplicate` in the log), handin
 the cached receipt. The demo shuts itself down when all 15 messages are settled.
 
 For several processes, swap `MemoryStore()` for `RedisStore(Redis.from_url(url))` or
-`DynamoDBStore(client, table)` (see docs/idempotency.md).
+`DynamoDBStore(client, table)` (see docs/how-to/idempotency.md).
 """
 
 from __future__ import annotations

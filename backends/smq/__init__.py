@@ -1,5 +1,5 @@
 """Alibaba Cloud SMQ (formerly MNS): `SmqBackend`, a small async client of SMQ's REST/XML
-protocol on aiohttp, and `SmqSettings`. See docs/smq.md for why not the official SDK."""
+protocol on aiohttp, and `SmqSettings`. See docs/how-to/smq.md for why not the official SDK."""
 
 from backends.smq.backend import SmqBackend
 from backends.smq.settings import SmqSettings

@@ -1,4 +1,4 @@
-"""The examples of docs/handlers.md and docs/producer.md run, and do what they say."""
+"""The examples of docs/how-to/handlers.md and docs/how-to/producer.md run, and do what they say."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """`lease-worker serve-smq`: the in-memory engine's SMQ dialect over Alibaba Cloud SMQ's
-(formerly MNS) REST/XML protocol until signalled (docs/smq.md says what it models).
+(formerly MNS) REST/XML protocol until signalled (docs/how-to/smq.md says what it models).
 
 Requests must be signed with the AccessKey in `ALIBABA_CLOUD_ACCESS_KEY_ID` /
 `ALIBABA_CLOUD_ACCESS_KEY_SECRET` (the variables `--backend smq` signs with), or `test` /

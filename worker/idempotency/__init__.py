@@ -15,7 +15,7 @@ What it cannot: undo side effects a handler made before a crash (the next run re
 them), or stop a synchronous handler's thread that runs on after its lease was lost.
 Stores: `MemoryStore` (tests, one process), `RedisStore` (extra `[redis]`),
 `DynamoDBStore` (extra `[dynamodb]`); each passes one contract suite. See
-docs/idempotency.md.
+docs/how-to/idempotency.md.
 """
 
 from worker.idempotency.dynamodb_store import DynamoDBStore, create_table

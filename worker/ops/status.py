@@ -1,5 +1,5 @@
 """`/api/status`: what the console shows, as one JSON document (version 1, documented in
-docs/console.md; fields are added, never renamed or removed, within a version).
+docs/how-to/console.md; fields are added, never renamed or removed, within a version).
 
 Never a body unless the worker was started with `--console-bodies`, and then cut to
 `BODY_CAP` characters. At most `MESSAGES_CAP` messages are listed, nearest deadline first;
