@@ -1,5 +1,5 @@
 """`lease-worker serve-sqs`: the in-memory engine over SQS's JSON and query protocols until
-signalled (docs/sqs-compatibility.md says what differs from SQS).
+signalled (docs/reference/sqs-compatibility.md says what differs from SQS).
 
 SIGTERM or SIGINT ends it with status 0; invalid settings exit 2 with one line; a port that
 cannot be bound exits 1.

@@ -4,7 +4,7 @@ Modules: `endpoint` (the HTTP, and which protocol a request speaks), `intake` (r
 within bounds), `query` (the query protocol's spelling of members and answers), `service`
 and `admin` (the operations), `persist` (`--persist`), and the operations' parts, each with
 its rules: `members` (request members), `messages`, `queue_attributes` and `errors`.
-docs/sqs-compatibility.md lists every SQS operation and what differs from SQS.
+docs/reference/sqs-compatibility.md lists every SQS operation and what differs from SQS.
 """
 
 from backends.serve.sqs.endpoint import SqsEndpoint, serve_sqs, sqs_endpoint_in_thread
