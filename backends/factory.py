@@ -14,10 +14,11 @@ from types import MappingProxyType
 from backends.memory import MemoryBackend
 from backends.smq import SmqBackend, SmqSettings
 from backends.sqs import SqsBackend, SqsSettings
+from backends.sqs.settings import SQS_CLIENTS
 from worker.backend import Backend
 from worker.errors import ConfigError
 
-__all__ = ("BACKENDS", "BackendKind", "ConnectOptions", "connect")
+__all__ = ("BACKENDS", "SQS_CLIENTS", "BackendKind", "ConnectOptions", "connect")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -28,6 +29,8 @@ class ConnectOptions:
     endpoint_url: str | None = None
     #: Queue name -> URL, for queues not found by name.
     queue_urls: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    #: SQS only: `SqsSettings.client` ("botocore" or "lean"); None: the settings' default.
+    sqs_client: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -48,6 +51,7 @@ async def _connect_memory(options: ConnectOptions) -> Backend:
             ("--region", options.region),
             ("--endpoint-url", options.endpoint_url),
             ("--queue-url", options.queue_urls),
+            ("--sqs-client", options.sqs_client),
         )
         if value
     ]
@@ -57,8 +61,14 @@ async def _connect_memory(options: ConnectOptions) -> Backend:
 
 
 async def _connect_sqs(options: ConnectOptions) -> Backend:
+    client = options.sqs_client or SQS_CLIENTS[0]
+    if client not in SQS_CLIENTS:
+        raise ConfigError(f"--sqs-client {client!r}: choose from {', '.join(SQS_CLIENTS)}")
     settings = SqsSettings(
-        region=options.region, endpoint_url=options.endpoint_url, queue_urls=options.queue_urls
+        region=options.region,
+        endpoint_url=options.endpoint_url,
+        queue_urls=options.queue_urls,
+        client=client,  # type: ignore[arg-type]  # checked above
     )
     return await SqsBackend.connect(settings)
 
@@ -66,7 +76,11 @@ async def _connect_sqs(options: ConnectOptions) -> Backend:
 async def _connect_smq(options: ConnectOptions) -> Backend:
     given = [
         flag
-        for flag, value in (("--region", options.region), ("--queue-url", options.queue_urls))
+        for flag, value in (
+            ("--region", options.region),
+            ("--queue-url", options.queue_urls),
+            ("--sqs-client", options.sqs_client),
+        )
         if value
     ]
     if given:

@@ -7,7 +7,9 @@ Rules this module keeps (how the client is set up is `backends.sqs.settings`, th
 sends and reads `backends.sqs.wire`):
 - One client per backend, entered once and closed by `aclose`.
 - What is still failing after botocore's retries is raised once, mapped onto `worker.errors`
-  by `_sqs_errors`.
+  by `backends.sqs.errors.map_error`.
+- With `SqsSettings(client="lean")` the calls in `LEAN_OPERATIONS` go through
+  `backends.sqs.lean` (same parameters, same answers, same errors); the rest through the client.
 - A queue is named by its name or its URL; a name is resolved once (GetQueueUrl) and cached.
 - Batch calls are checked before they leave (at most `limits` entries, distinct well-formed
   ids) with a `ValueError`.
@@ -29,7 +31,8 @@ from botocore.exceptions import NoRegionError
 from backends.sqs import wire
 from backends.sqs.dead_letters import DeadLetterCalls
 from backends.sqs.errors import check_entry_ids, check_receive, check_visibility, map_error
-from backends.sqs.settings import DEFAULT_SYSTEM_ATTRIBUTES, SqsSettings
+from backends.sqs.lean import LEAN_OPERATIONS, LeanTransport
+from backends.sqs.settings import DEFAULT_SYSTEM_ATTRIBUTES, SqsClientKind, SqsSettings
 from worker.backend import Limits
 from worker.errors import ConfigError, QueueNotFound
 from worker.rules import SQS_LIMITS, is_url, queue_name
@@ -72,8 +75,11 @@ class SqsBackend(DeadLetterCalls):
         queue_urls: Mapping[str, str] | None = None,
         system_attributes: tuple[str, ...] = DEFAULT_SYSTEM_ATTRIBUTES,
         message_attributes: tuple[str, ...] = ("All",),
+        lean: LeanTransport | None = None,
     ) -> None:
         self._client = client
+        #: The lean path for the hot calls (closed by the exit stack); None: all on `client`.
+        self._lean = lean
         self._system_attributes = list(system_attributes)
         self._message_attributes = list(message_attributes)
         self._exit_stack = exit_stack
@@ -110,12 +116,23 @@ class SqsBackend(DeadLetterCalls):
                 "SQS: no region (pass region= or set AWS_REGION / AWS_DEFAULT_REGION)"
             ) from exc
         _skip_user_agent_rebuild(client)
+        lean = None
+        if settings.client == "lean":
+            try:
+                lean = await LeanTransport.open(
+                    client, settings, ca_bundle=session.get_config_variable("ca_bundle")
+                )
+            except BaseException:
+                await stack.aclose()
+                raise
+            stack.push_async_callback(lean.aclose)
         return cls(
             client,
             exit_stack=stack,
             queue_urls=settings.queue_urls,
             system_attributes=settings.system_attributes,
             message_attributes=settings.message_attributes,
+            lean=lean,
         )
 
     @classmethod
@@ -131,6 +148,7 @@ class SqsBackend(DeadLetterCalls):
         profile: str | None = None,
         max_attempts: int = 5,
         read_timeout_s: float = 30.0,
+        client: SqsClientKind = "botocore",
     ) -> AsyncIterator[SqsBackend]:
         """`connect` with the usual settings as keywords; closes the client on exit."""
         settings = SqsSettings(
@@ -142,6 +160,7 @@ class SqsBackend(DeadLetterCalls):
             profile=profile,
             max_attempts=max_attempts,
             read_timeout_s=read_timeout_s,
+            client=client,
         )
         backend = await cls.connect(settings)
         try:
@@ -163,9 +182,12 @@ class SqsBackend(DeadLetterCalls):
     async def _call(self, operation: str, queue: str, **params: Any) -> dict[str, Any]:
         if self._closed:
             raise RuntimeError(f"{operation}: this SqsBackend is closed")
-        method = getattr(self._client, xform_name(operation))
         try:
-            response: dict[str, Any] = await method(**params)
+            response: dict[str, Any]
+            if self._lean is not None and operation in LEAN_OPERATIONS:
+                response = await self._lean.call(operation, params)
+            else:
+                response = await getattr(self._client, xform_name(operation))(**params)
         except Exception as exc:
             error = map_error(exc, operation=operation, queue=queue)
             if error is None:

@@ -3,6 +3,9 @@
 Rules this module keeps:
 - Region, endpoint and credentials come from the standard AWS chain unless given explicitly.
 - botocore retries in `standard` mode (`total_max_attempts` counts the first try).
+- `client` picks how the hot calls travel: "botocore" (aiobotocore for everything) or
+  "lean" (`backends.sqs.lean`: receive, delete, extend and send written and read directly,
+  signed and retried by botocore's own parts; everything else stays on aiobotocore).
 """
 
 from __future__ import annotations
@@ -10,13 +13,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Literal, get_args
 
 from aiobotocore.config import AioConfig
 
 from worker.errors import ConfigError
 from worker.rules import is_url
 
-__all__ = ["DEFAULT_SYSTEM_ATTRIBUTES", "SqsSettings"]
+__all__ = ["DEFAULT_SYSTEM_ATTRIBUTES", "SQS_CLIENTS", "SqsClientKind", "SqsSettings"]
+
+SqsClientKind = Literal["botocore", "lean"]
+#: The values of `SqsSettings.client`, the first the default.
+SQS_CLIENTS: tuple[str, ...] = get_args(SqsClientKind)
 
 _LONGEST_POLL_S = 20
 DEFAULT_SYSTEM_ATTRIBUTES = (
@@ -57,8 +65,17 @@ class SqsSettings:
     system_attributes: tuple[str, ...] = DEFAULT_SYSTEM_ATTRIBUTES
     #: Message attributes asked for on every receive (only those set cost anything).
     message_attributes: tuple[str, ...] = ("All",)
+    #: How ReceiveMessage, DeleteMessageBatch, ChangeMessageVisibilityBatch and
+    #: SendMessageBatch travel: "botocore" (plain aiobotocore) or "lean" (the same calls
+    #: without botocore's generic serialise / event / parse steps; credentials, signing,
+    #: endpoint and standard-mode retries still botocore's).
+    client: SqsClientKind = "botocore"
 
     def __post_init__(self) -> None:
+        if self.client not in SQS_CLIENTS:
+            raise ConfigError(
+                f"SqsSettings.client={self.client!r}: choose from {', '.join(SQS_CLIENTS)}"
+            )
         object.__setattr__(self, "queue_urls", MappingProxyType(dict(self.queue_urls)))
         for name, url in self.queue_urls.items():
             if not is_url(url):

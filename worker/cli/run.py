@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import importlib.util
 import os
 import signal
 import sys
@@ -33,6 +34,7 @@ import anyio
 import structlog
 
 from backends import BACKENDS, ConnectOptions, connect
+from backends.factory import SQS_CLIENTS
 from worker.app import Worker
 from worker.backend import Backend
 from worker.cli.loader import load_app
@@ -73,6 +75,13 @@ OPTIONS: dict[str, tuple[Option, ...]] = {
             "use URL for the handler of queue NAME; repeatable (env: comma-separated)",
             metavar="NAME=URL",
             action="append",
+        ),
+        Option(
+            "--sqs-client",
+            "how the SQS backend makes its hot calls (receive, delete, extend, send): "
+            "botocore (plain aiobotocore) or lean (the same calls written and read directly, "
+            "signed and retried by botocore) (default: botocore)",
+            choices=SQS_CLIENTS,
         ),
     ),
     "leases": (
@@ -151,6 +160,13 @@ OPTIONS: dict[str, tuple[Option, ...]] = {
             "S",
             default="30",
         ),
+        Option(
+            "--loop",
+            "the event loop: asyncio or uvloop (pip install 'lease-worker[fast]'); "
+            "--processes children use it too (default: asyncio)",
+            default="asyncio",
+            choices=("asyncio", "uvloop"),
+        ),
         *LOG_OPTIONS,
     ),
 }
@@ -173,11 +189,22 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     app.config = _configure(app, args)
     _check_ops_options(args)
     try:
-        anyio.run(_serve, app, args)
+        anyio.run(_serve, app, args, backend_options=_loop_options(args.loop))
     except (WorkerCrashed, TransientBackendError) as error:
         print(f"lease-worker: error: {error}", file=sys.stderr)
         return 1
     return 0
+
+
+def _loop_options(loop: str) -> dict[str, Any]:
+    """anyio's asyncio backend options for `--loop`; ConfigError if uvloop is missing."""
+    if loop != "uvloop":
+        return {}
+    if importlib.util.find_spec("uvloop") is None:
+        raise ConfigError(
+            "--loop uvloop: uvloop is not installed (pip install 'lease-worker[fast]')"
+        )
+    return {"use_uvloop": True}
 
 
 def _configure(app: Worker, args: argparse.Namespace) -> WorkerConfig:
@@ -215,7 +242,10 @@ def _queue_urls(items: Sequence[str]) -> dict[str, str]:
 
 async def open_backend(args: argparse.Namespace) -> Backend:
     options = ConnectOptions(
-        region=args.region, endpoint_url=args.endpoint_url, queue_urls=_queue_urls(args.queue_url)
+        region=args.region,
+        endpoint_url=args.endpoint_url,
+        queue_urls=_queue_urls(args.queue_url),
+        sqs_client=getattr(args, "sqs_client", None),  # `run` only, not dlq or peek
     )
     return await connect(args.backend, options)
 
@@ -320,6 +350,7 @@ def _run_processes(argv: list[str], args: argparse.Namespace) -> int:
     if not 1 <= args.processes <= 256:
         raise ConfigError(f"--processes={args.processes}: must be from 1 to 256")
     load_app(args.app)  # a bad APP is one clear error here, not N crashing children
+    _loop_options(args.loop)  # and so is a missing uvloop; the children get --loop in argv
     _check_ops_options(args)
     port = args.ops_port
     if port is not None and not 0 < port <= 65_536 - args.processes:

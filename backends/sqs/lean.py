@@ -1,0 +1,232 @@
+"""`LeanTransport`: the hot SQS calls without botocore's per-call machinery.
+
+botocore spends most of an SQS call's CPU on what is generic: walking the service model to
+serialise the parameters and again to parse the answer, and emitting a dozen events per call.
+For the calls a worker makes thousands of times a second (ReceiveMessage, DeleteMessageBatch,
+ChangeMessageVisibilityBatch, SendMessageBatch) this transport writes and reads SQS's JSON
+protocol itself (`backends.sqs.lean_wire`) and keeps from the aiobotocore client what it is
+good at. Rules this module keeps:
+- Credentials are the client's own credential object (the whole provider chain: env,
+  profile, SSO, IRSA / web identity, instance roles), frozen afresh for every attempt with
+  its async `get_frozen_credentials`, so a refreshing provider is honoured; no credentials
+  is botocore's `NoCredentialsError`.
+- Every attempt is signed by botocore's `SigV4Auth` for the client's region and signing
+  name, and sent to the client's endpoint URL.
+- Retries are botocore's standard mode (`backends.sqs.lean_retry`) with the settings'
+  attempts; what still fails is raised as botocore raises it (a `ClientError` shaped by
+  botocore's JSON parser, or botocore's transport exceptions, converted from aiohttp's as
+  aiobotocore converts them), so `backends.sqs.errors.map_error` maps both paths alike.
+- One aiohttp session per transport: at most `max_pool_connections` connections, the
+  settings' connect and read timeouts, proxies as botocore finds them, TLS verified against
+  botocore's CA bundle (or the configured `ca_bundle`). Closed by `aclose`.
+- Nothing is logged; bodies and credentials never reach an exception's message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+import anyio
+import botocore
+from aiobotocore._constants import DEFAULT_KEEPALIVE_TIMEOUT
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.exceptions import (
+    ClientError,
+    ConnectionClosedError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    HTTPClientError,
+    NoCredentialsError,
+    ProxyConnectionError,
+    ReadTimeoutError,
+    SSLError,
+)
+from botocore.exceptions import ConnectionError as BotoConnectionError
+from botocore.httpsession import ProxyConfiguration, get_cert_path, mask_proxy_url
+from botocore.parsers import ResponseParserError
+
+from backends.sqs import lean_wire
+from backends.sqs.lean_retry import StandardRetry
+from backends.sqs.settings import SqsSettings
+
+__all__ = ["LEAN_OPERATIONS", "LeanTransport"]
+
+#: The operations the lean path makes; every other one stays on aiobotocore.
+LEAN_OPERATIONS = frozenset(
+    {"ReceiveMessage", "DeleteMessageBatch", "ChangeMessageVisibilityBatch", "SendMessageBatch"}
+)
+
+
+def _request_url(endpoint_url: str) -> str:
+    """Where a JSON call is posted: the endpoint's own path, or `/` (as botocore joins it)."""
+    return endpoint_url if urlsplit(endpoint_url).path else endpoint_url + "/"
+
+
+def _user_agent(client: Any) -> str:
+    creator = getattr(client, "_user_agent_creator", None)
+    try:
+        base = str(creator.to_string()) if creator is not None else ""
+    except Exception:  # botocore's internals changed shape: its plain form will do
+        base = ""
+    return f"{base or f'Botocore/{botocore.__version__}'} lease-worker-lean"
+
+
+def _credentials(client: Any) -> Any:
+    signer = getattr(client, "_request_signer", None)
+    if signer is None or not hasattr(signer, "_credentials"):
+        raise RuntimeError("the lean SQS client cannot find aiobotocore's credentials")
+    return signer._credentials
+
+
+async def _connector(url: str, limit: int, ca_bundle: str | None) -> aiohttp.TCPConnector:
+    context: ssl.SSLContext | bool = False
+    if urlsplit(url).scheme == "https":
+        cafile = get_cert_path(ca_bundle or True)
+        # Reading the CA bundle is blocking file I/O.
+        context = await anyio.to_thread.run_sync(lambda: ssl.create_default_context(cafile=cafile))
+    return aiohttp.TCPConnector(
+        limit=limit, ssl=context, keepalive_timeout=DEFAULT_KEEPALIVE_TIMEOUT
+    )
+
+
+def transport_error(exc: Exception, url: str, proxy: str | None = None) -> Exception:
+    """aiohttp's and the OS's exceptions as aiobotocore's HTTP session raises them."""
+    error: Exception
+    closed = (
+        aiohttp.ServerDisconnectedError,
+        aiohttp.ClientPayloadError,
+        aiohttp.http_exceptions.BadStatusLine,
+    )
+    if isinstance(exc, aiohttp.ClientSSLError):
+        error = SSLError(endpoint_url=url, error=exc)
+    elif isinstance(exc, aiohttp.ClientProxyConnectionError | aiohttp.ClientHttpProxyError):
+        error = ProxyConnectionError(proxy_url=mask_proxy_url(proxy or ""), error=exc)
+    elif isinstance(exc, closed):
+        error = ConnectionClosedError(error=exc, endpoint_url=url)
+    elif isinstance(exc, aiohttp.ServerTimeoutError) and str(exc).lower().startswith("connect"):
+        error = ConnectTimeoutError(endpoint_url=url, error=exc)
+    elif isinstance(exc, aiohttp.ServerTimeoutError | asyncio.TimeoutError):
+        error = ReadTimeoutError(endpoint_url=url, error=exc)
+    elif isinstance(exc, aiohttp.ClientConnectionError | socket.gaierror):
+        error = EndpointConnectionError(endpoint_url=url, error=exc)
+    else:
+        error = HTTPClientError(error=exc)
+    return error
+
+
+class LeanTransport:
+    """Signed JSON calls to SQS with a client's credentials, endpoint and retry rules.
+
+    Make one with `await LeanTransport.open(client, settings)`; `await call(operation,
+    params)` answers what botocore's `client.<operation>(**params)` would, or raises what it
+    would raise.
+    """
+
+    def __init__(
+        self,
+        *,
+        client: Any,
+        session: aiohttp.ClientSession,
+        retry: StandardRetry,
+        proxy: str | None = None,
+    ) -> None:
+        meta = client.meta
+        self._url = _request_url(meta.endpoint_url)
+        self._region = meta.region_name
+        self._signing_name = meta.service_model.signing_name or "sqs"
+        self._credentials = _credentials(client)
+        self._user_agent = _user_agent(client)
+        self._session = session
+        self._retry = retry
+        self._proxy = proxy
+
+    @classmethod
+    async def open(
+        cls, client: Any, settings: SqsSettings, *, ca_bundle: str | None = None
+    ) -> LeanTransport:
+        """A transport for `client` (an entered aiobotocore SQS client); `aclose()` it."""
+        url = _request_url(client.meta.endpoint_url)
+        config = client.meta.config
+        proxies = ProxyConfiguration(proxies=config.proxies, proxies_settings=config.proxies_config)
+        connector = await _connector(url, settings.max_pool_connections, ca_bundle)
+        session = aiohttp.ClientSession(
+            connector=connector,
+            timeout=aiohttp.ClientTimeout(
+                sock_connect=settings.connect_timeout_s, sock_read=settings.read_timeout_s
+            ),
+            auto_decompress=False,
+            skip_auto_headers=("Content-Type",),
+        )
+        retry = StandardRetry(client.meta.service_model, settings.max_attempts)
+        return cls(client=client, session=session, retry=retry, proxy=proxies.proxy_url_for(url))
+
+    async def aclose(self) -> None:
+        await self._session.close()
+
+    async def call(self, operation: str, params: Mapping[str, Any]) -> dict[str, Any]:
+        """One SQS call with botocore's retries; its answer as botocore would parse it."""
+        body = lean_wire.encode(params)
+        context: dict[str, Any] = {}
+        attempt = 1
+        while True:
+            try:
+                status, headers, raw = await self._attempt(operation, body)
+            except (BotoConnectionError, HTTPClientError) as exc:  # what _attempt raises
+                delay = await self._retry.delay(operation, attempt, context, exception=exc)
+                if delay is None:
+                    raise
+            else:
+                if status < 300:
+                    self._retry.succeeded(context, status)
+                    return _answer(operation, raw)
+                parsed = lean_wire.error_answer(status, headers, raw)
+                error = (status, headers, parsed)
+                delay = await self._retry.delay(operation, attempt, context, answer=error)
+                if delay is None:
+                    raise ClientError(parsed, operation)
+            await anyio.sleep(delay)
+            attempt += 1
+
+    async def _attempt(self, operation: str, body: bytes) -> tuple[int, Mapping[str, str], bytes]:
+        headers = await self._signed_headers(operation, body)
+        try:
+            async with self._session.post(
+                self._url, data=body, headers=headers, proxy=self._proxy
+            ) as response:
+                return response.status, response.headers, await response.read()
+        except Exception as exc:
+            raise transport_error(exc, self._url, self._proxy) from exc
+
+    async def _signed_headers(self, operation: str, body: bytes) -> dict[str, str]:
+        credentials = self._credentials
+        frozen = None if credentials is None else await credentials.get_frozen_credentials()
+        if frozen is None or frozen.access_key is None:
+            raise NoCredentialsError()
+        request = AWSRequest(
+            method="POST",
+            url=self._url,
+            data=body,
+            headers={
+                "Content-Type": lean_wire.CONTENT_TYPE,
+                "X-Amz-Target": lean_wire.TARGET_PREFIX + operation,
+            },
+        )
+        SigV4Auth(frozen, self._signing_name, self._region).add_auth(request)
+        headers = dict(request.headers.items())
+        headers["User-Agent"] = self._user_agent
+        headers["Accept-Encoding"] = "identity"
+        return headers
+
+
+def _answer(operation: str, raw: bytes) -> dict[str, Any]:
+    try:
+        return lean_wire.answer(operation, raw)
+    except ValueError as exc:
+        raise ResponseParserError(f"{operation}: unreadable answer ({type(exc).__name__})") from exc

@@ -1,0 +1,106 @@
+"""SQS's JSON protocol (AWS JSON 1.0) as the lean path writes and reads it. Pure: no I/O.
+
+The lean path (`backends.sqs.lean`) sends the same parameters `SqsBackend` gives botocore and
+hands back the same dictionaries botocore's parser would make, so `backends.sqs.wire` turns
+both into `worker.types` and `backends.sqs.errors` maps both failures. Rules this module keeps:
+- A request is `POST /` with `X-Amz-Target: AmazonSQS.<Operation>` and a JSON object body;
+  blobs (a message attribute's `BinaryValue`) travel as base64, as botocore sends them.
+- A 2xx answer is a JSON object (an empty body is `{}`); a `ReceiveMessage` answer's
+  `BinaryValue`s are decoded back to bytes, as botocore's parser does.
+- Any other answer is an error shaped as botocore's JSON parser shapes it: `Error.Code` from
+  `__type` (the part after `#`), or the HTTP status when there is none; `Error.Message` from
+  `message` or `Message`; SQS's query-compatible code from the `x-amzn-query-error` header
+  (`Code;Sender`) becomes `Code`, the JSON one `QueryErrorCode`.
+- orjson is used when it is importable (the `fast` extra), else the standard library's json.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+__all__ = ["CONTENT_TYPE", "TARGET_PREFIX", "answer", "encode", "error_answer"]
+
+CONTENT_TYPE = "application/x-amz-json-1.0"
+TARGET_PREFIX = "AmazonSQS."
+
+
+def _blob(value: object) -> str:
+    if isinstance(value, bytes | bytearray | memoryview):
+        return base64.b64encode(value).decode("ascii")
+    raise TypeError(f"cannot send a {type(value).__name__} in an SQS request")
+
+
+def _json_dumps(params: Mapping[str, Any]) -> bytes:
+    return json.dumps(params, separators=(",", ":"), default=_blob).encode()
+
+
+_dumps: Callable[[Mapping[str, Any]], bytes]
+_loads: Callable[[bytes], Any]
+try:
+    import orjson
+except ImportError:  # pragma: no cover - orjson is in the dev environment
+    _dumps, _loads = _json_dumps, json.loads
+else:
+
+    def _orjson_dumps(params: Mapping[str, Any]) -> bytes:
+        return orjson.dumps(params, default=_blob)
+
+    _dumps, _loads = _orjson_dumps, orjson.loads
+
+
+def encode(params: Mapping[str, Any]) -> bytes:
+    """The request body for these parameters (as `SqsBackend` builds them for botocore)."""
+    return _dumps(params)
+
+
+def _decode_blobs(messages: list[dict[str, Any]]) -> None:
+    for message in messages:
+        for attribute in (message.get("MessageAttributes") or {}).values():
+            binary = attribute.get("BinaryValue")
+            if isinstance(binary, str):
+                attribute["BinaryValue"] = base64.b64decode(binary)
+
+
+def answer(operation: str, body: bytes) -> dict[str, Any]:
+    """A 2xx answer's body as botocore's parser would give it; ValueError if not an object."""
+    parsed = _loads(body) if body else {}
+    if not isinstance(parsed, dict):
+        raise ValueError(f"{operation}: the answer is not a JSON object")
+    if operation == "ReceiveMessage" and parsed.get("Messages"):
+        _decode_blobs(parsed["Messages"])
+    return parsed
+
+
+def _error_body(body: bytes) -> dict[str, Any]:
+    if not body:
+        return {}
+    try:
+        parsed = _loads(body)
+    except ValueError:
+        # botocore keeps a body that is not JSON (a proxy's page) as the message.
+        return {"message": body.decode("utf-8", "replace")}
+    return parsed if isinstance(parsed, dict) else {}
+
+
+def error_answer(status: int, headers: Mapping[str, str], body: bytes) -> dict[str, Any]:
+    """A non-2xx answer as botocore's JSON parser shapes it (what `ClientError` carries)."""
+    raw = _error_body(body)
+    error: dict[str, Any] = {"Message": raw.get("message", raw.get("Message", ""))}
+    code = str(raw.get("__type") or status)
+    code = code.split(":", 1)[0].rsplit("#", 1)[-1]
+    query_error = headers.get("x-amzn-query-error")
+    if query_error is not None:
+        parts = query_error.split(";")
+        if len(parts) == 2 and parts[0]:
+            error["QueryErrorCode"] = code
+            error["Type"] = parts[1]
+            code = parts[0]
+    error["Code"] = code
+    metadata: dict[str, Any] = {"HTTPStatusCode": status, "HTTPHeaders": dict(headers)}
+    request_id = headers.get("x-amzn-requestid")
+    if request_id is not None:
+        metadata["RequestId"] = request_id
+    return {"Error": error, "ResponseMetadata": metadata}
