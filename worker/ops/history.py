@@ -45,11 +45,11 @@ def read_counts(metrics: Metrics, queues: Iterable[str]) -> Counts:
     (not a whole registry's collection, which would also compute the scrape-time gauges)."""
     wanted = set(queues)
     counts: dict[str, dict[str, float]] = {queue: {} for queue in wanted}
-    for family in metrics.received.metric.collect():
+    for family in metrics.received.collect():
         for sample in family.samples:
             if sample.name.endswith("_total") and sample.labels["queue"] in wanted:
                 counts[sample.labels["queue"]]["received"] = sample.value
-    for family in metrics.handled.metric.collect():
+    for family in metrics.handled.collect():
         for sample in family.samples:
             if sample.name.endswith("_total") and sample.labels["queue"] in wanted:
                 counts[sample.labels["queue"]][sample.labels["outcome"]] = sample.value

@@ -6,23 +6,28 @@ Counters for a queue's known label values (every outcome, every loss reason) are
 zero when the queue is declared, so that `rate()` and `increase()` answer 0 rather than no
 data before the first event, and alert rules see a series from the first scrape.
 
-Values that are cheap to read and costly to keep current (the settle backlog, the nearest
-deadline, threads of abandoned handlers) are read at scrape time from a `MetricsSnapshot`.
+The runtime's metrics are `worker.runtime.families`: plain numbers the loop adds to, turned
+into samples at scrape (several are recorded per message; prometheus-client's own metrics
+lock on each). Values that are cheap to read and costly to keep current (the settle
+backlog, the nearest deadline, threads of abandoned handlers) are read at scrape time from a
+`MetricsSnapshot`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import TypeVar
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from worker.runtime.families import CounterFamily, GaugeFamily, HistogramFamily
+
 __all__ = ["OUTCOMES", "Metrics", "MetricsSnapshot"]
 
-M = TypeVar("M", Counter, Gauge, Histogram)
+F = TypeVar("F", CounterFamily, GaugeFamily, HistogramFamily)
 
 #: Every value of the `outcome` label (worker.core.settlement.Outcome's, plus `duplicate`
 #: for idempotent handlers that suppress a completed message).
@@ -40,23 +45,6 @@ OUTCOMES = (
 #: The `reason` of `leases_lost_total` known in advance (the others are the codes with which
 #: the service refused a renewal).
 LOSS_REASONS = ("lapsed",)
-
-
-class _Labelled(Generic[M]):
-    """A labelled metric whose children are looked up once: `labels()` sits on the hot path
-    (several calls per message) and prometheus-client's own lookup costs microseconds."""
-
-    __slots__ = ("_children", "metric")
-
-    def __init__(self, metric: M) -> None:
-        self.metric: M = metric
-        self._children: dict[tuple[str, ...], M] = {}
-
-    def labels(self, *values: str) -> M:
-        child = self._children.get(values)
-        if child is None:
-            child = self._children[values] = self.metric.labels(*values)
-        return child
 
 
 _DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600, 14400, 43200)
@@ -187,27 +175,21 @@ class Metrics:
             f"{prefix}_event_loop_lag_seconds", "Event loop lag.", registry=self.registry
         )
 
-    def _counter(self, name: str, documentation: str, *labels: str) -> _Labelled[Counter]:
-        return _Labelled(
-            Counter(f"{self.prefix}_{name}", documentation, list(labels), registry=self.registry)
-        )
+    def _counter(self, name: str, documentation: str, *labels: str) -> CounterFamily:
+        return self._register(CounterFamily(f"{self.prefix}_{name}", documentation, labels))
 
-    def _gauge(self, name: str, documentation: str, *labels: str) -> _Labelled[Gauge]:
-        return _Labelled(
-            Gauge(f"{self.prefix}_{name}", documentation, list(labels), registry=self.registry)
-        )
+    def _gauge(self, name: str, documentation: str, *labels: str) -> GaugeFamily:
+        return self._register(GaugeFamily(f"{self.prefix}_{name}", documentation, labels))
 
     def _histogram(
         self, name: str, documentation: str, buckets: tuple[float, ...], *labels: str
-    ) -> _Labelled[Histogram]:
-        metric = Histogram(
-            f"{self.prefix}_{name}",
-            documentation,
-            list(labels),
-            buckets=buckets,
-            registry=self.registry,
-        )
-        return _Labelled(metric)
+    ) -> HistogramFamily:
+        family = HistogramFamily(f"{self.prefix}_{name}", documentation, labels, buckets)
+        return self._register(family)
+
+    def _register(self, family: F) -> F:
+        self.registry.register(family)
+        return family
 
     def declare_queue(self, queue: str, handler: str) -> None:
         """Create the queue's series at zero: queries see 0, not no data, before any event."""

@@ -1,0 +1,164 @@
+"""Labelled metric families kept as plain numbers, turned into Prometheus samples at scrape.
+
+prometheus-client's own metrics take a lock and two method calls for every `inc()` and a
+bucket search under the lock for every `observe()`; the runtime records several per message,
+all from the event loop's thread, so here a child is a slotted number that the loop adds to,
+and the family is a `Collector` that builds the samples when Prometheus asks (rare, beside
+the messages). Same names, labels, types and sample values as prometheus-client's
+`Counter`, `Gauge` and `Histogram`, without their `_created` samples.
+
+Rules this module keeps:
+- Children are looked up once per label values and kept; `labels()` is a dict lookup.
+- Writes come from one thread (the loop's). A scrape from another thread may see a
+  histogram's buckets one observation apart from its count: the same as a scrape between
+  two observations.
+- A counter only goes up: `inc()` with a negative amount is a `ValueError`.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left
+from collections.abc import Iterator, Sequence
+from typing import Generic, TypeVar
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
+
+__all__ = ["CounterFamily", "GaugeFamily", "HistogramFamily"]
+
+
+class CounterChild:
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0.0
+
+    def inc(self, amount: float = 1.0) -> None:
+        if amount < 0:
+            raise ValueError(f"a counter only goes up (inc({amount!r}))")
+        self.value += amount
+
+
+class GaugeChild:
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0.0
+
+    def inc(self, amount: float = 1.0) -> None:
+        self.value += amount
+
+    def dec(self, amount: float = 1.0) -> None:
+        self.value -= amount
+
+    def set(self, value: float) -> None:
+        self.value = float(value)
+
+
+class HistogramChild:
+    __slots__ = ("_bounds", "counts", "sum")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self._bounds = bounds
+        #: Observations per bucket, not cumulative; the last is +Inf's own.
+        self.counts = [0] * (len(bounds) + 1)
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        # The first upper bound >= value: Prometheus' `le` buckets.
+        self.counts[bisect_left(self._bounds, value)] += 1
+        self.sum += value
+
+
+C = TypeVar("C", CounterChild, GaugeChild, HistogramChild)
+
+
+class _Family(Collector, Generic[C]):
+    def __init__(self, name: str, documentation: str, labelnames: Sequence[str]) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.labelnames = tuple(labelnames)
+        self._children: dict[tuple[str, ...], C] = {}
+
+    def labels(self, *values: str) -> C:
+        child = self._children.get(values)
+        if child is None:
+            if len(values) != len(self.labelnames):
+                raise ValueError(f"{self.name}: labels {self.labelnames}, given {values!r}")
+            child = self._children[values] = self._new_child()
+        return child
+
+    def _new_child(self) -> C:
+        raise NotImplementedError
+
+    def _empty(self) -> Metric:
+        raise NotImplementedError
+
+    def _add(self, family: Metric, values: list[str], child: C) -> None:
+        raise NotImplementedError
+
+    def describe(self) -> Iterator[Metric]:
+        yield self._empty()
+
+    def collect(self) -> Iterator[Metric]:
+        family = self._empty()
+        for values, child in list(self._children.items()):
+            self._add(family, list(values), child)
+        yield family
+
+
+class CounterFamily(_Family[CounterChild]):
+    def _new_child(self) -> CounterChild:
+        return CounterChild()
+
+    def _empty(self) -> Metric:
+        return CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
+
+    def _add(self, family: Metric, values: list[str], child: CounterChild) -> None:
+        assert isinstance(family, CounterMetricFamily)
+        family.add_metric(values, child.value)
+
+
+class GaugeFamily(_Family[GaugeChild]):
+    def _new_child(self) -> GaugeChild:
+        return GaugeChild()
+
+    def _empty(self) -> Metric:
+        return GaugeMetricFamily(self.name, self.documentation, labels=self.labelnames)
+
+    def _add(self, family: Metric, values: list[str], child: GaugeChild) -> None:
+        assert isinstance(family, GaugeMetricFamily)
+        family.add_metric(values, child.value)
+
+
+class HistogramFamily(_Family[HistogramChild]):
+    def __init__(
+        self, name: str, documentation: str, labelnames: Sequence[str], buckets: Sequence[float]
+    ) -> None:
+        super().__init__(name, documentation, labelnames)
+        bounds = tuple(float(bound) for bound in buckets if bound != math.inf)
+        if list(bounds) != sorted(set(bounds)):
+            raise ValueError(f"{name}: buckets must increase, given {buckets!r}")
+        self.bounds = bounds
+
+    def _new_child(self) -> HistogramChild:
+        return HistogramChild(self.bounds)
+
+    def _empty(self) -> Metric:
+        return HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
+
+    def _add(self, family: Metric, values: list[str], child: HistogramChild) -> None:
+        assert isinstance(family, HistogramMetricFamily)
+        counts, total = list(child.counts), child.sum
+        cumulative, buckets = 0, []
+        for bound, count in zip((*self.bounds, math.inf), counts, strict=True):
+            cumulative += count
+            buckets.append((floatToGoString(bound), float(cumulative)))  # type: ignore[no-untyped-call]
+        family.add_metric(values, buckets, total)
