@@ -1,0 +1,110 @@
+"""The regression guard: figures that do not depend on timing, against bench/budgets.py.
+
+API requests per message, bytes per drain and per in-flight lease (tracemalloc), renewal
+calls per round. The memory engine runs under looptime; the SQS drain counts what our own
+endpoint served. No figure here is a time: timing ratios stay in docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from backends.serve.sqs.endpoint import SqsEndpoint, sqs_endpoint_in_thread
+from backends.sqs import SqsBackend, SqsSettings
+from bench import budgets, footprint, lease_scale
+
+
+@pytest.fixture(scope="module")
+def drained() -> footprint.Drain:
+    return footprint.drain(budgets.DRAIN_MESSAGES)
+
+
+def test_draining_costs_one_receive_and_one_delete_per_ten_messages(
+    drained: footprint.Drain,
+) -> None:
+    tens = budgets.DRAIN_MESSAGES // 10
+    assert drained.calls == {
+        "receive": tens * budgets.RECEIVES_PER_10_MESSAGES + budgets.IDLE_RECEIVES,
+        "delete": tens * budgets.DELETES_PER_10_MESSAGES,
+    }
+
+
+def test_a_drain_allocates_within_its_budget(drained: footprint.Drain) -> None:
+    assert 0 < drained.peak_bytes <= budgets.DRAIN_PEAK_BYTES
+
+
+def test_what_a_drain_retains_does_not_grow_with_the_messages(drained: footprint.Drain) -> None:
+    twice = footprint.drain(2 * budgets.DRAIN_MESSAGES)
+    assert twice.calls["delete"] == 2 * drained.calls["delete"]
+    growth = (twice.retained_bytes - drained.retained_bytes) / budgets.DRAIN_MESSAGES
+    assert growth <= budgets.RETAINED_BYTES_PER_MESSAGE
+
+
+def test_an_in_flight_lease_costs_at_most_its_budget() -> None:
+    per_lease = footprint.bytes_per_lease(budgets.HELD_MESSAGES)
+    # A lower bound too: a figure near 0 would mean the measurement missed the held messages.
+    assert 1024 < per_lease <= budgets.BYTES_PER_LEASE
+
+
+def test_every_renewal_round_is_ceil_n_over_10_calls() -> None:
+    result = lease_scale.run(budgets.RENEWAL_LEASES)
+    floor = math.ceil(budgets.RENEWAL_LEASES / 10)
+    assert result.calls_per_round == [floor] * budgets.RENEWAL_ROUNDS
+    assert result.lapsed == 0
+    assert result.handled == budgets.RENEWAL_LEASES
+
+
+# -- over the SQS protocol ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def endpoint() -> Iterator[SqsEndpoint]:
+    with sqs_endpoint_in_thread() as served:
+        yield served
+
+
+def _settings(url: str, client: str) -> SqsSettings:
+    options: dict[str, Any] = {
+        "endpoint_url": url,
+        "region": "us-east-1",
+        "access_key_id": "testing",
+        "secret_access_key": "testing",
+    }
+    if client != "botocore":
+        # The lean path (issue 20) is a setting of its own once it exists.
+        if "client" not in {f.name for f in dataclasses.fields(SqsSettings)}:
+            pytest.skip(f"SqsSettings has no client option yet: no {client!r} path to count")
+        options["client"] = client
+    return SqsSettings(**options)
+
+
+@pytest_asyncio.fixture(params=["botocore", "lean"])
+async def sqs_backend(
+    request: pytest.FixtureRequest, endpoint: SqsEndpoint
+) -> AsyncIterator[SqsBackend]:
+    backend = await SqsBackend.connect(_settings(endpoint.url, str(request.param)))
+    try:
+        yield backend
+    finally:
+        await backend.aclose()
+
+
+@pytest.mark.asyncio
+async def test_draining_over_sqs_costs_the_same_requests(
+    sqs_backend: SqsBackend, endpoint: SqsEndpoint, request: pytest.FixtureRequest
+) -> None:
+    count = budgets.SQS_DRAIN_MESSAGES
+    queue = f"budget-{request.node.callspec.id}"
+    requests = await footprint.drain_over_sqs(sqs_backend, endpoint.url, count, queue)
+    tens = count // 10
+    assert requests == {
+        "ReceiveMessage": tens * budgets.RECEIVES_PER_10_MESSAGES + budgets.IDLE_RECEIVES,
+        "DeleteMessageBatch": tens * budgets.DELETES_PER_10_MESSAGES,
+        **budgets.SQS_START_UP_REQUESTS,
+    }
