@@ -1,0 +1,167 @@
+"""docs/reference/cli.md from the real argparse parsers (`worker.cli.main.build_parser`).
+
+Which options an environment variable sets is asked of the parsers too: every option's
+`LEASE_WORKER_<DEST>` is set to a marker and the parsers are built again; an option whose
+default became the marker reads that variable. Nothing here lists options by hand, so a new
+option (or command) appears on the page as soon as the parser has it.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from docs.gen.environment import clean_environment
+from docs.gen.markdown import cell, table
+from worker.cli.main import build_parser
+from worker.cli.options import ENV_PREFIX
+
+__all__ = ["Command", "commands", "render"]
+
+_MARKER = "docs-gen-marker"
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """One command line: `lease-worker dlq list` is ("dlq", "list")."""
+
+    path: tuple[str, ...]
+    parser: argparse.ArgumentParser
+    help: str
+
+    @property
+    def name(self) -> str:
+        return " ".join(("lease-worker", *self.path))
+
+
+def _subcommands(
+    parser: argparse.ArgumentParser,
+) -> argparse._SubParsersAction[argparse.ArgumentParser] | None:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return action
+    return None
+
+
+def commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> Iterator[Command]:
+    """Every command under `parser` that takes options, depth first, in the parser's order."""
+    sub = _subcommands(parser)
+    if sub is None:
+        return
+    helps = {choice.dest: choice.help or "" for choice in sub._choices_actions}
+    for name, child in sub.choices.items():
+        yield Command((*path, name), child, helps.get(name, ""))
+        yield from commands(child, (*path, name))
+
+
+def _options(parser: argparse.ArgumentParser) -> Iterator[argparse.Action]:
+    for action in parser._actions:
+        if action.option_strings and not isinstance(action, argparse._HelpAction):
+            yield action
+
+
+def _env_names(parser: argparse.ArgumentParser) -> set[tuple[str, str]]:
+    """(command, option) pairs whose option reads `LEASE_WORKER_<DEST>`: set each variable
+    (a switch's to 1, any other to a marker), build the parsers again, and see which
+    defaults moved."""
+    clean: dict[tuple[str, str], object] = {}
+    probes: dict[str, str] = {}
+    for command in commands(parser):
+        for action in _options(command.parser):
+            clean[command.name, action.option_strings[-1]] = action.default
+            probes[f"{ENV_PREFIX}{action.dest.upper()}"] = "1" if action.nargs == 0 else _MARKER
+    with clean_environment(probes):
+        probed = build_parser()
+    return {
+        (command.name, action.option_strings[-1])
+        for command in commands(probed)
+        for action in _options(command.parser)
+        if action.default != clean[command.name, action.option_strings[-1]]
+    }
+
+
+def _default(action: argparse.Action) -> str:
+    default = action.default
+    if default in (None, False, "", [], argparse.SUPPRESS):
+        return ""
+    return f"`{default}`"
+
+
+def _value(action: argparse.Action) -> str:
+    if action.nargs == 0:
+        return "switch"
+    if action.choices is not None:
+        return " \\| ".join(f"`{choice}`" for choice in action.choices)
+    metavar = action.metavar or action.dest.upper()
+    repeat = " (repeatable)" if isinstance(action, argparse._AppendAction) else ""
+    return f"`{metavar}`{repeat}"
+
+
+def _option_rows(command: Command, env: set[tuple[str, str]]) -> list[list[str]]:
+    rows = []
+    for action in _options(command.parser):
+        flag = action.option_strings[-1]
+        if isinstance(action, argparse._VersionAction):
+            continue
+        variable = f"`{ENV_PREFIX}{action.dest.upper()}`" if (command.name, flag) in env else ""
+        flags = ", ".join(f"`{option}`" for option in action.option_strings)
+        rows.append([flags, _value(action), variable, _default(action), cell(action.help or "")])
+    return rows
+
+
+def _positionals(command: Command) -> list[list[str]]:
+    return [
+        [f"`{action.metavar or action.dest}`", cell(action.help or "")]
+        for action in command.parser._actions
+        if not action.option_strings and not isinstance(action, argparse._SubParsersAction)
+    ]
+
+
+def _description(parser: argparse.ArgumentParser) -> str:
+    """The description as the parser prints it: a raw one (a module docstring with its list)
+    keeps its lines, any other is one paragraph."""
+    text = (parser.description or "").strip()
+    if parser.formatter_class is argparse.RawDescriptionHelpFormatter:
+        return text
+    return cell(text)
+
+
+def _section(command: Command, env: set[tuple[str, str]]) -> list[str]:
+    level = "#" * (len(command.path) + 1)
+    lines = [f"{level} `{command.name}`", "", cell(command.help) + ".", ""]
+    lines += ["```text", command.parser.format_usage().strip(), "```", ""]
+    if description := _description(command.parser):
+        lines += [description, ""]
+    if positionals := _positionals(command):
+        lines += [*table(["argument", "meaning"], positionals), ""]
+    if rows := _option_rows(command, env):
+        lines += [*table(["option", "value", "environment", "default", "meaning"], rows), ""]
+    return lines
+
+
+def render() -> str:
+    with clean_environment():
+        parser = build_parser()
+    env = _env_names(parser)
+    lines = [
+        "# Command line",
+        "",
+        "<!-- Generated by `python -m docs.gen` from the argparse parsers; do not edit. -->",
+        "",
+        "Every command and option of `lease-worker`, read from its parsers. An option with an",
+        "environment variable reads it when the option is not on the command line; a switch",
+        "takes `1`/`0`, `true`/`false`, `yes`/`no` or `on`/`off`, a repeatable option a",
+        "comma-separated list. `lease-worker --version` prints the version. Exit status: 0",
+        "after a shutdown, 1 with one line for a missing queue, denied access, a start-up",
+        "that could not reach the queue service or a crashed worker, 2 with one line for",
+        "invalid settings.",
+        "",
+        "```text",
+        parser.format_usage().strip(),
+        "```",
+        "",
+    ]
+    for command in commands(parser):
+        lines += _section(command, env)
+    return "\n".join(lines).rstrip() + "\n"
