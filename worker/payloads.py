@@ -7,7 +7,7 @@ encodes with the same rules, so what one sends the other reads.
     a dataclass           a JSON object                 cls(**fields), nested dataclasses too
     a TypedDict           a JSON object                 a dict with its required keys
     a pydantic model      JSON                          Model.model_validate_json(body)
-    anything else JSON    JSON                          json.loads (today's default)
+    anything else JSON    JSON                          worker.jsonlib.loads (json.loads' values)
 
 A body that does not fit raises `PayloadError`, whose `reason` names fields and positions,
 never values: it is logged, and a body may hold personal data. pydantic is never imported
@@ -24,6 +24,8 @@ import sys
 import typing
 from collections.abc import Callable
 from typing import Any
+
+from worker import jsonlib
 
 __all__ = ["Codec", "PayloadError", "codec_for", "encode"]
 
@@ -98,7 +100,7 @@ def _bytes(body: str) -> bytes:
 
 def _loads(body: str) -> Any:
     try:
-        return json.loads(body)
+        return jsonlib.loads(body)
     except json.JSONDecodeError as error:
         raise PayloadError(
             f"invalid JSON: {error.msg} (line {error.lineno}, column {error.colno})"

@@ -10,11 +10,11 @@ its annotation names (`worker.payloads`), or both; a batch handler a list of mes
 from __future__ import annotations
 
 import inspect
-import json
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
+from worker import jsonlib
 from worker.config import ErrorPolicy, OnError
 from worker.errors import ConfigError, RegistrationError
 from worker.large_payloads import S3Payloads
@@ -40,7 +40,7 @@ def _raw(body: str) -> str:
     return body
 
 
-_DECODERS: Mapping[str, Decoder] = {"json": json.loads, "raw": _raw}
+_DECODERS: Mapping[str, Decoder] = {"json": jsonlib.loads, "raw": _raw}
 
 
 def resolve_decoder(decode: str | Decoder) -> Decoder:

@@ -1,0 +1,117 @@
+"""`worker.jsonlib.loads` gives exactly `json.loads`'s values and errors, orjson or not."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from worker import jsonlib
+
+EDGE_CASES = [
+    "{}",
+    "[]",
+    ' {"a": 1} ',
+    '{"a": 1, "a": 2}',
+    '{"b": 1, "a": 2}',
+    "NaN",
+    "-Infinity",
+    "[1e400]",
+    "[-1e400]",
+    "9223372036854775807",
+    "9223372036854775808",
+    "123456789012345678901234567890",
+    '{"id": 18446744073709551616}',
+    "0.1",
+    "3.141592653589793238462643383279",
+    "-0",
+    "-0.0",
+    "1E5",
+    '"\\ud800"',
+    '"\\ud83d\\ude00"',
+    '"caf\\u00e9 \u00e9 \U0001f600"',
+    '"\\"\\\\\\/\\b\\f\\n\\r\\t"',
+    "",
+    " ",
+    "{",
+    '{"a": }',
+    "[1,]",
+    "[1 2]",
+    "nul",
+    "true false",
+    "\ufeff{}",
+    '{"a": "\x01"}',
+    "'single'",
+    "01",
+    ".5",
+    "1.",
+    "[" * 50 + "]" * 50,
+]
+
+
+def _outcome(loads: Any, text: str) -> tuple[str, str]:
+    try:
+        return "value", repr(loads(text))
+    except json.JSONDecodeError as error:
+        return "error", f"{type(error).__module__}.{type(error).__name__}: {error.msg} {error.pos}"
+    except RecursionError:
+        return "error", "RecursionError"
+
+
+def _random_json(rng: random.Random, depth: int = 0) -> Any:
+    kind = rng.randrange(9 if depth < 4 else 6)
+    if kind == 0:
+        return rng.choice([None, True, False])
+    if kind == 1:
+        return rng.randrange(-(10 ** rng.randrange(1, 30)), 10 ** rng.randrange(1, 30))
+    if kind == 2:
+        return rng.uniform(-1e6, 1e6) * 10 ** rng.randrange(-300, 300)
+    if kind == 3:
+        return "".join(
+            chr(rng.choice([rng.randrange(32, 127), rng.randrange(0x80, 0x2FFF)]))
+            for _ in range(rng.randrange(20))
+        )
+    if kind == 4:
+        return rng.choice(["", "0" * 25, "x", "ü", "\n\t"])
+    if kind == 5:
+        return float(rng.choice(["nan", "inf", "-inf"])) if rng.random() < 0.2 else 0.5
+    if kind in (6, 7):
+        return [_random_json(rng, depth + 1) for _ in range(rng.randrange(5))]
+    return {str(rng.randrange(100)): _random_json(rng, depth + 1) for _ in range(rng.randrange(5))}
+
+
+@pytest.mark.parametrize("text", EDGE_CASES)
+def test_edge_cases_decode_as_json_does(text: str) -> None:
+    assert _outcome(jsonlib.loads, text) == _outcome(json.loads, text)
+
+
+def test_random_documents_decode_as_json_does() -> None:
+    rng = random.Random(20261124)
+    for _ in range(2000):
+        text = json.dumps(_random_json(rng), ensure_ascii=rng.random() < 0.5)
+        if rng.random() < 0.1:  # damage a few: errors must match too
+            cut = rng.randrange(len(text) + 1)
+            text = text[:cut] + rng.choice(["", "}", ",", "x"]) + text[cut + 1 :]
+        assert _outcome(jsonlib.loads, text) == _outcome(json.loads, text), text
+
+
+def test_orjson_is_used_when_installed() -> None:
+    pytest.importorskip("orjson")
+    assert jsonlib.LIBRARY == "orjson"
+    assert jsonlib.loads is not json.loads
+
+
+def test_the_environment_can_ask_for_the_standard_library() -> None:
+    code = "import json; from worker import jsonlib as j; print(j.LIBRARY, j.loads is json.loads)"
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={"LEASE_WORKER_JSON": "json", "PATH": ""},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.split() == ["json", "True"]
