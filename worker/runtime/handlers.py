@@ -34,7 +34,7 @@ import structlog
 from worker.backend import Limits
 from worker.clock import Clock
 from worker.core.lease import Lease, LeaseState
-from worker.core.settlement import Action, Outcome, Settlement, settlement_for
+from worker.core.settlement import DELETE, Action, Outcome, Settlement, settlement_for
 from worker.errors import DecodeError, Discard, Duplicate, Retry
 from worker.large_payloads import MissingPayload
 from worker.message import Message
@@ -148,7 +148,8 @@ class Executor:
             try:
                 outcome, retry_after = await self._invoke(spec, received, lease)
             finally:
-                set_outcome(span, outcome.value)
+                if span is not None:
+                    set_outcome(span, outcome.value)
                 self.finish(spec, received, lease, outcome, retry_after, started)
         return outcome
 
@@ -161,7 +162,9 @@ class Executor:
         lease.scope = scope
         try:
             # An earlier copy of this message may still run in an abandoned thread.
-            await self._threads.wait_idle((received.queue, received.message_id))
+            key = (received.queue, received.message_id)
+            if self._threads.busy(key):
+                await self._threads.wait_idle(key)
             outcome, retry_after = await self._call(spec, received, lease)
         except asyncio.CancelledError as error:
             if not scope.close():
@@ -188,7 +191,9 @@ class Executor:
         self, spec: HandlerSpec, received: ReceivedMessage, lease: Lease
     ) -> tuple[Outcome, float]:
         try:
-            message = Message(received, decode(spec, await fetch(spec, received)), lease)
+            if spec.large_payloads is not None:
+                received = await fetch(spec, received)
+            message = Message(received, decode(spec, received), lease)
             await self.chain_for(spec)(message)
         except Discard as signal:
             self._log.info("handler.discarded", reason=signal.reason)
@@ -226,13 +231,16 @@ class Executor:
     ) -> None:
         now = self._clock.now()
         duration = now - started
-        self._metrics.handled.labels(received.queue, outcome.value).inc()
+        outcome_name = outcome.value
+        self._metrics.handled.labels(received.queue, outcome_name).inc()
         if outcome is not Outcome.SKIPPED:
             self._metrics.handler_seconds.labels(received.queue).observe(duration)
         if outcome is Outcome.SUCCEEDED:
             self._keeper.record_duration(duration)
         if self._threads.busy((received.queue, received.message_id)):
             settlement = _FORGET  # its thread runs on: never handed back before it ends
+        elif outcome is Outcome.SUCCEEDED:
+            settlement = DELETE
         else:
             settlement = settlement_for(
                 outcome,
@@ -245,7 +253,7 @@ class Executor:
             )
         self._log.debug(
             "handler.done",
-            outcome=outcome.value,
+            outcome=outcome_name,
             action=settlement.action.value,
             duration_s=round(duration, 3),
         )
