@@ -24,7 +24,6 @@ good at. Rules this module keeps:
 
 from __future__ import annotations
 
-import asyncio
 import socket
 import ssl
 from collections.abc import Mapping
@@ -112,7 +111,7 @@ def transport_error(exc: Exception, url: str, proxy: str | None = None) -> Excep
         error = ConnectionClosedError(error=exc, endpoint_url=url)
     elif isinstance(exc, aiohttp.ServerTimeoutError) and str(exc).lower().startswith("connect"):
         error = ConnectTimeoutError(endpoint_url=url, error=exc)
-    elif isinstance(exc, aiohttp.ServerTimeoutError | asyncio.TimeoutError):
+    elif isinstance(exc, aiohttp.ServerTimeoutError | TimeoutError):
         error = ReadTimeoutError(endpoint_url=url, error=exc)
     elif isinstance(exc, aiohttp.ClientConnectionError | socket.gaierror):
         error = EndpointConnectionError(endpoint_url=url, error=exc)
@@ -183,7 +182,7 @@ class LeanTransport:
                 if delay is None:
                     raise
             else:
-                if status < 300:
+                if status < 301:  # botocore's line between an answer and an error
                     self._retry.succeeded(context, status)
                     return _answer(operation, raw)
                 parsed = lean_wire.error_answer(status, headers, raw)

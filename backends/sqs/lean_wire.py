@@ -5,18 +5,20 @@ hands back the same dictionaries botocore's parser would make, so `backends.sqs.
 both into `worker.types` and `backends.sqs.errors` maps both failures. Rules this module keeps:
 - A request is `POST /` with `X-Amz-Target: AmazonSQS.<Operation>` and a JSON object body;
   blobs (a message attribute's `BinaryValue`) travel as base64, as botocore sends them.
-- A 2xx answer is a JSON object (an empty body is `{}`); a `ReceiveMessage` answer's
-  `BinaryValue`s are decoded back to bytes, as botocore's parser does.
-- Any other answer is an error shaped as botocore's JSON parser shapes it: `Error.Code` from
+- An answer below 301 (botocore's line) is a JSON object (an empty body is `{}`); a
+  `ReceiveMessage` answer's `BinaryValue`s are decoded back to bytes, as botocore's are.
+- An answer from 301 on is an error shaped as botocore's JSON parser shapes it: `Error.Code` from
   `__type` (the part after `#`), or the HTTP status when there is none; `Error.Message` from
   `message` or `Message`; SQS's query-compatible code from the `x-amzn-query-error` header
-  (`Code;Sender`) becomes `Code`, the JSON one `QueryErrorCode`.
+  (`Code;Sender`) becomes `Code`, the JSON one `QueryErrorCode`. A 5xx whose body is empty
+  or an HTML page is read by its status alone.
 - orjson is used when it is importable (the `fast` extra), else the standard library's json.
 """
 
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -85,8 +87,7 @@ def _error_body(body: bytes) -> dict[str, Any]:
     return parsed if isinstance(parsed, dict) else {}
 
 
-def error_answer(status: int, headers: Mapping[str, str], body: bytes) -> dict[str, Any]:
-    """A non-2xx answer as botocore's JSON parser shapes it (what `ClientError` carries)."""
+def _service_error(headers: Mapping[str, str], status: int, body: bytes) -> dict[str, Any]:
     raw = _error_body(body)
     error: dict[str, Any] = {"Message": raw.get("message", raw.get("Message", ""))}
     code = str(raw.get("__type") or status)
@@ -99,8 +100,19 @@ def error_answer(status: int, headers: Mapping[str, str], body: bytes) -> dict[s
             error["Type"] = parts[1]
             code = parts[0]
     error["Code"] = code
-    metadata: dict[str, Any] = {"HTTPStatusCode": status, "HTTPHeaders": dict(headers)}
-    request_id = headers.get("x-amzn-requestid")
-    if request_id is not None:
-        metadata["RequestId"] = request_id
+    return error
+
+
+def error_answer(status: int, headers: Mapping[str, str], body: bytes) -> dict[str, Any]:
+    """A non-2xx answer as botocore's JSON parser shapes it (what `ClientError` carries)."""
+    lowered = {key.lower(): value for key, value in headers.items()}
+    stripped = body.strip()
+    if status >= 500 and (not stripped or stripped.startswith(b"<html>")):
+        # A load balancer's or a proxy's own page: botocore reads only the status.
+        error = {"Code": str(status), "Message": http.client.responses.get(status, "")}
+    else:
+        error = _service_error(lowered, status, body)
+    metadata: dict[str, Any] = {"HTTPStatusCode": status, "HTTPHeaders": lowered}
+    if "x-amzn-requestid" in lowered:
+        metadata["RequestId"] = lowered["x-amzn-requestid"]
     return {"Error": error, "ResponseMetadata": metadata}

@@ -6,8 +6,13 @@
   credentials set explicitly, region us-east-1; every test makes its own uniquely named queues.
 - `endpoint`: `SqsBackend` against our own SQS endpoint (`backends.serve.sqs.endpoint`) over the
   in-memory engine, served from a background thread for the whole session, in real time.
+- `moto-lean`, `endpoint-lean`: the same two with `SqsSettings(client="lean")`, so the hot calls
+  (receive, delete, extend, send) go through `backends.sqs.lean` and speak SQS's JSON protocol
+  without botocore's serialiser and parser. Our endpoint's query protocol is not reached from
+  here: botocore has spoken JSON to SQS since 1.31.81 and no longer ships the query model
+  (the endpoint's own tests speak the query protocol).
 - `@pytest.mark.moto_gap("reason")` marks a rule that real SQS keeps and moto does not: on the
-  moto param the test becomes `xfail(strict=True)`; on memory and endpoint it stays strict.
+  moto params the test becomes `xfail(strict=True)`; on memory and endpoint it stays strict.
 """
 
 from __future__ import annotations
@@ -53,13 +58,13 @@ def _memory_backend_class() -> Any:
     return module.MemoryBackend
 
 
-@pytest.fixture(params=["memory", "moto", "endpoint"])
+@pytest.fixture(params=["memory", "moto", "endpoint", "moto-lean", "endpoint-lean"])
 def backend_kind(request: pytest.FixtureRequest) -> str:
     kind: str = request.param
     if kind == "memory":
         _memory_backend_class()
         request.applymarker(pytest.mark.looptime)
-    elif kind == "moto":
+    elif kind.startswith("moto"):
         gap = request.node.get_closest_marker("moto_gap")
         if gap is not None:
             reason = f"moto differs from SQS: {gap.args[0] if gap.args else ''}"
@@ -78,7 +83,8 @@ async def backend(
         finally:
             await memory.aclose()
         return
-    if backend_kind == "moto":
+    server, _, client = backend_kind.partition("-")
+    if server == "moto":
         endpoint_url = request.getfixturevalue("moto_server").endpoint_url
     else:
         endpoint_url = request.getfixturevalue("sqs_endpoint").url
@@ -90,6 +96,7 @@ async def backend(
         max_attempts=2,
         connect_timeout_s=2.0,
         read_timeout_s=25.0,
+        client="lean" if client == "lean" else "botocore",
     )
     sqs = await SqsBackend.connect(settings)
     try:
