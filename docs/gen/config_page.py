@@ -179,7 +179,7 @@ def _rows(cls: type[Any], flags: dict[str, str]) -> Iterator[list[str]]:
         flag = flags.get(item.name, "") if overridden else ""
         yield [
             f"`{item.name}`",
-            f"`{item.type}`".replace("|", "\\|"),
+            f"`{item.type}`",
             _default(cls, item.name),
             cell("; ".join(rules)),
             f"`{flag}`" if flag else "",
