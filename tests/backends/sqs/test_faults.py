@@ -19,6 +19,11 @@ Timeouts: a request that is never answered (blackhole) must be given up and retr
 the margin, though the client's read timeout is above the 20 s long poll; and a renewal whose
 answer comes after the deadline (latency) cannot be trusted, since SQS may have handed the
 message to another consumer meanwhile: the lease is lost and its handler stopped.
+
+The worker's client runs with `SqsSettings(client="botocore")` everywhere, and with the lean
+path (`client="lean"`) on one test of each kind of fault (an error answer, a reset, a
+blackhole, a late answer), to keep the suite's time: each test here is several seconds of
+real time.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import anyio
 import pytest
 
 from backends.sqs import SqsBackend, SqsSettings
+from backends.sqs.settings import SqsClientKind
 from tests.fault_proxy import Fault, FaultProxy
 from tests.moto_server import MOTO_ACCESS_KEY, MOTO_REGION, MOTO_SECRET_KEY, MotoServer, start_moto
 from worker import (
@@ -78,7 +84,7 @@ CONFIG = WorkerConfig(
 )
 
 
-def _settings(endpoint_url: str) -> SqsSettings:
+def _settings(endpoint_url: str, client: SqsClientKind = "botocore") -> SqsSettings:
     # Two attempts, the second after at most 1 s (standard mode's backoff), and then the
     # lease keeper's own retries every 0.5 s: all inside the 4 s margin. The read timeout
     # cannot go below 20 s (long polls): a request that is never answered is given up by the
@@ -91,6 +97,7 @@ def _settings(endpoint_url: str) -> SqsSettings:
         max_attempts=2,
         connect_timeout_s=1.0,
         read_timeout_s=21.0,
+        client=client,
     )
 
 
@@ -110,20 +117,23 @@ class Rig:
 
 
 @asynccontextmanager
-async def rig(moto: MotoServer) -> AsyncIterator[Rig]:
+async def rig(moto: MotoServer, client: SqsClientKind = "botocore") -> AsyncIterator[Rig]:
+    """`client`: the worker's client (the one through the proxy)."""
     # Entered in the test's own task (not a fixture): the proxy's task group must be left
     # by the task that entered it.
     async with (
         FaultProxy.running(moto.port) as proxy,
         _connected(moto.endpoint_url) as direct,
-        _connected(proxy.endpoint_url) as through_proxy,
+        _connected(proxy.endpoint_url, client) as through_proxy,
     ):
         yield Rig(direct, proxy, through_proxy)
 
 
 @asynccontextmanager
-async def _connected(endpoint_url: str) -> AsyncIterator[SqsBackend]:
-    backend = await SqsBackend.connect(_settings(endpoint_url))
+async def _connected(
+    endpoint_url: str, client: SqsClientKind = "botocore"
+) -> AsyncIterator[SqsBackend]:
+    backend = await SqsBackend.connect(_settings(endpoint_url, client))
     try:
         yield backend
     finally:
@@ -206,20 +216,26 @@ class Handlers:
 
 
 FAULTS_SHORTER_THAN_THE_MARGIN = [
-    pytest.param(Fault.throttling(), "RequestThrottled", id="throttling-400"),
-    pytest.param(Fault.internal_error(), "InternalError", id="http-500"),
-    pytest.param(Fault.unavailable(), "ServiceUnavailable", id="http-503"),
-    pytest.param(Fault.reset(), None, id="connection-reset"),
-    pytest.param(Fault.throttling(ops=[RENEW]), "RequestThrottled", id="renewals-only-throttled"),
-    pytest.param(Fault.blackhole(), "Timeout", id="timeout-blackhole"),
+    pytest.param(Fault.throttling(), "RequestThrottled", "botocore", id="throttling-400"),
+    pytest.param(Fault.internal_error(), "InternalError", "botocore", id="http-500"),
+    pytest.param(Fault.unavailable(), "ServiceUnavailable", "botocore", id="http-503"),
+    pytest.param(Fault.reset(), None, "botocore", id="connection-reset"),
+    pytest.param(
+        Fault.throttling(ops=[RENEW]), "RequestThrottled", "botocore", id="renewals-only-throttled"
+    ),
+    pytest.param(Fault.blackhole(), "Timeout", "botocore", id="timeout-blackhole"),
+    # The lean path: one fault of each kind.
+    pytest.param(Fault.throttling(), "RequestThrottled", "lean", id="lean-throttling-400"),
+    pytest.param(Fault.reset(), None, "lean", id="lean-connection-reset"),
+    pytest.param(Fault.blackhole(), "Timeout", "lean", id="lean-timeout-blackhole"),
 ]
 
 
-@pytest.mark.parametrize(("fault", "code"), FAULTS_SHORTER_THAN_THE_MARGIN)
+@pytest.mark.parametrize(("fault", "code", "client"), FAULTS_SHORTER_THAN_THE_MARGIN)
 async def test_a_fault_shorter_than_the_margin_lapses_no_lease_and_loses_nothing(
-    moto: MotoServer, fault: Fault, code: str | None
+    moto: MotoServer, fault: Fault, code: str | None, client: SqsClientKind
 ) -> None:
-    async with rig(moto) as r:
+    async with rig(moto, client) as r:
         await _shorter_than_the_margin(r.direct, r.proxy, r.through_proxy, fault, code)
 
 
@@ -350,8 +366,11 @@ async def _partition(direct: SqsBackend, proxy: FaultProxy, through_proxy: SqsBa
     await _assert_empty(direct, queue)
 
 
-async def test_a_renewal_answered_after_the_deadline_loses_the_lease(moto: MotoServer) -> None:
-    async with rig(moto) as r:
+@pytest.mark.parametrize("client", ["botocore", "lean"])
+async def test_a_renewal_answered_after_the_deadline_loses_the_lease(
+    moto: MotoServer, client: SqsClientKind
+) -> None:
+    async with rig(moto, client) as r:
         await _late_answer(r.direct, r.proxy, r.through_proxy)
 
 
