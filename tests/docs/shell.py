@@ -14,7 +14,9 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import functools
 import importlib.util
 import io
 import os
@@ -29,6 +31,7 @@ from pathlib import Path
 from tests.docs.blocks import ROOT
 from worker.cli.loader import load_app
 from worker.cli.main import build_parser
+from worker.cli.options import ENV_PREFIX
 
 __all__ = ["PROGRAMS", "Shell", "forget_modules_under", "logical_lines"]
 
@@ -66,7 +69,7 @@ def logical_lines(text: str) -> Iterator[str]:
     lines = iter(text.splitlines())
     for line in lines:
         while line.rstrip().endswith("\\"):
-            line = line.rstrip()[:-1] + " " + next(lines, "")
+            line = line.rstrip()[:-1].rstrip() + " " + next(lines, "").strip()
         if line.strip() and not line.lstrip().startswith("#"):
             if heredoc := re.search(r"<<-?\s*['\"]?(\w+)['\"]?", line):
                 for body in lines:
@@ -89,6 +92,8 @@ class Shell:
     env: dict[str, str] = field(default_factory=dict)
     #: Lines accepted by program (for the report).
     programs: dict[str, int] = field(default_factory=dict)
+    #: The current line's own `NAME=value` settings.
+    _inline: dict[str, str] = field(default_factory=dict)
 
     def check(self, text: str) -> list[str]:
         """Problems with the block's lines; empty when every line passes."""
@@ -103,6 +108,7 @@ class Shell:
         if not tokens:
             self.env.update(env)
             return []
+        self._inline = env
         program = tokens[0].rsplit("/bin/", 1)[-1]
         self.programs[program] = self.programs.get(program, 0) + 1
         if program == "export":
@@ -137,9 +143,10 @@ class Shell:
                 parsed = build_parser().parse_args(args)
             except SystemExit as exit:
                 return [] if exit.code == 0 else [errors.getvalue().strip()]
+        problems = _environment_problems(args, env, inline=self._inline)
         if parsed.command == "run":
-            return self._load(parsed.app)
-        return []
+            problems += self._load(parsed.app)
+        return problems
 
     def _load(self, spec: str) -> list[str]:
         module = spec.partition(":")[0]
@@ -199,6 +206,44 @@ class Shell:
         if not keys and "--no-sign-request" not in args and "--profile" not in args:
             problems.append("the AWS CLI needs credentials, dummy ones will do")
         return problems
+
+
+def _environment_problems(
+    args: list[str], env: Mapping[str, str], *, inline: Mapping[str, str]
+) -> list[str]:
+    """A `LEASE_WORKER_*` setting of the line itself that no option of the command reads,
+    or any setting whose value is not among the option's choices (argparse checks neither
+    on a default from the environment). An `export`ed one may be meant for another
+    command of the page."""
+    with _environment({}):
+        parser = build_parser()
+    words = [a for a in args if not a.startswith("-")]
+    command = parser
+    for word in words:
+        sub = next((a for a in command._actions if isinstance(a, argparse._SubParsersAction)), None)
+        if sub is None or word not in sub.choices:
+            break
+        command = sub.choices[word]
+    actions = {action.dest.upper(): action for action in command._actions}
+    problems = []
+    for name, value in env.items():
+        if not name.startswith(ENV_PREFIX) or name in _read_directly():
+            continue
+        action = actions.get(name.removeprefix(ENV_PREFIX))
+        if action is None and name in inline:
+            problems.append(f"{name}: no option of this command reads it")
+        elif action is not None and action.choices and value not in action.choices:
+            problems.append(f"{name}={value}: choose from {', '.join(map(str, action.choices))}")
+    return problems
+
+
+@functools.cache
+def _read_directly() -> frozenset[str]:
+    """`LEASE_WORKER_*` variables the code reads itself, not through an option."""
+    names = set()
+    for path in (ROOT / "worker").rglob("*.py"):
+        names.update(re.findall(r"[\"'](LEASE_WORKER_[A-Z][A-Z0-9_]*)[\"']", path.read_text()))
+    return frozenset(names)
 
 
 @contextlib.contextmanager
