@@ -11,14 +11,20 @@ So each timed test also arms faulthandler's watchdog, a C thread that needs no P
 to run: `BACKSTOP_S` after the timeout it writes every thread's stack to the terminal and
 ends the whole run. A hang that pytest-timeout can end is ended by it first, and the run
 goes on.
+
+`LEASE_WORKER_TEST_LOOP=uvloop` runs every pytest-asyncio test on a uvloop event loop (through
+pytest-asyncio's `pytest_asyncio_loop_factories` hook), e.g. the contract and fault suites:
+`LEASE_WORKER_TEST_LOOP=uvloop pytest tests/contract tests/backends/sqs/test_faults.py`.
+Unset or `asyncio`: pytest-asyncio's default loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import faulthandler
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -27,6 +33,8 @@ from tests.moto_server import MotoServer, start_moto
 
 #: Seconds after a test's timeout before the whole run is ended.
 BACKSTOP_S = 15.0
+#: The environment variable that picks the tests' event loop: asyncio (default) or uvloop.
+TEST_LOOP_VARIABLE = "LEASE_WORKER_TEST_LOOP"
 
 _stderr_fd: int | None = None
 
@@ -63,3 +71,25 @@ def moto_server() -> Iterator[MotoServer]:
     the idempotency stores' DynamoDB): each test makes its own uniquely named resources."""
     with start_moto() as server:
         yield server
+
+
+def _uvloop_factories() -> Mapping[str, Callable[[], asyncio.AbstractEventLoop]] | None:
+    loop = os.environ.get(TEST_LOOP_VARIABLE, "asyncio")
+    if loop == "asyncio":
+        return None
+    if loop != "uvloop":
+        raise pytest.UsageError(f"{TEST_LOOP_VARIABLE}={loop!r}: choose asyncio or uvloop")
+    import uvloop
+
+    return {"uvloop": uvloop.new_event_loop}
+
+
+_LOOP_FACTORIES = _uvloop_factories()
+if _LOOP_FACTORIES is not None:
+    # Defined only when asked for: an implementation of the hook must name a loop.
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_asyncio_loop_factories(
+        config: pytest.Config, item: pytest.Item
+    ) -> Mapping[str, Callable[[], asyncio.AbstractEventLoop]] | None:
+        return _LOOP_FACTORIES
