@@ -9,8 +9,10 @@ option (or command) appears on the page as soon as the parser has it.
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from docs.gen.environment import clean_environment
 from docs.gen.markdown import cell, table
@@ -20,6 +22,60 @@ from worker.cli.options import ENV_PREFIX
 __all__ = ["Command", "commands", "render"]
 
 _MARKER = "docs-gen-marker"
+_ROOT = Path(__file__).resolve().parents[2]
+
+#: Variables the code reads itself, not through an option, and what each does. `render`
+#: refuses to run unless these are exactly the `"LEASE_WORKER_*"` strings of worker/.
+DIRECT_VARIABLES = {
+    "LEASE_WORKER_CONSOLE_TOKEN": (
+        "the console's bearer token: without it, the console's one action (a dead-letter "
+        "redrive, `POST /api/dlq/redrive`) answers 401 and moves nothing"
+    ),
+    "LEASE_WORKER_PROCESS_INDEX": (
+        "set by `--processes N` in child i's environment (0 to N-1); the children do not "
+        "repeat the parent's start-up warnings"
+    ),
+    "LEASE_WORKER_JSON": (
+        "`json` decodes JSON bodies with the standard library even when orjson (extra "
+        "`[fast]`) is installed; read at import"
+    ),
+}
+
+#: What the parsers cannot say: how `run` finds APP, its signals, `--processes` and the
+#: exit statuses (worker/cli/loader.py, run.py, processes.py and main.py say the same).
+NOTES = """\
+## How `lease-worker run` behaves
+
+**Settings** come from the command line, else from the `LEASE_WORKER_*` variables above,
+else from the application's own `WorkerConfig` ([the settings](config.md)).
+
+**APP** is `module:attribute`, imported from the current directory. lease-worker's own
+import names are `worker` and `backends`: a `worker.py` (or `worker/`) or `backends.py` (or
+`backends/`) of yours beside your app cannot be imported under that name while lease-worker
+runs. `lease-worker run app:app` still runs your app, after one `app.name_clash` warning
+naming the hidden files and a new name for each. An APP inside such a file
+(`lease-worker run worker:app`, `backends.jobs:app`) is refused with one line and status 2:
+rename the file, e.g. `worker.py` to `app.py`. Start workers with the `lease-worker` command
+or `python -P -m worker`: plain `python -m worker` puts the current directory first on
+`sys.path`, so Python would run your `worker.py` instead of lease-worker.
+
+**Signals**: the first SIGTERM or SIGINT starts the shutdown (receiving stops, handlers drain
+for `grace_s` with their leases renewed, the rest are released); a second one cuts the drain
+short; later ones are ignored until the process has exited.
+
+**`--processes N`** runs N worker processes under one parent that forwards SIGTERM and
+SIGINT to each and restarts a child that dies unasked after a pause of its own (1 s,
+doubling to 30 s while that child keeps dying within a minute of its start), without
+holding up the others. Child i gets `LEASE_WORKER_PROCESS_INDEX=i` and, with
+`--ops-port P`, its own ops listener on port P + i: health is per process, which an
+aggregate endpoint would hide. Worth it when handlers or the SQS client use a whole core;
+in Kubernetes, run one process per pod.
+
+**Exit status**: 0 after a shutdown; 1 with one line when a queue is missing or access is
+denied, when start-up could not reach the queue service, or when the worker crashed (after
+releasing what it held); 2 with one line for invalid settings (an option, a variable, a
+`ConfigError`, an ops port already taken).
+"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +196,28 @@ def _section(command: Command, env: set[tuple[str, str]]) -> list[str]:
     return lines
 
 
+def read_directly() -> set[str]:
+    """Every `"LEASE_WORKER_*"` string literal of worker/: variables read without an option."""
+    found: set[str] = set()
+    for path in (_ROOT / "worker").rglob("*.py"):
+        found.update(re.findall(r"[\"'](LEASE_WORKER_[A-Z][A-Z0-9_]*)[\"']", path.read_text()))
+    return found
+
+
+def _direct_variables() -> list[str]:
+    read = read_directly()
+    if read != set(DIRECT_VARIABLES):
+        missing, gone = sorted(read - set(DIRECT_VARIABLES)), sorted(set(DIRECT_VARIABLES) - read)
+        raise ValueError(f"docs/gen/cli_page.py: describe {missing}, drop {gone}")
+    rows = [[f"`{name}`", cell(text)] for name, text in sorted(DIRECT_VARIABLES.items())]
+    return [
+        "## Variables read without an option",
+        "",
+        *table(["variable", "meaning"], rows),
+        "",
+    ]
+
+
 def render() -> str:
     with clean_environment():
         parser = build_parser()
@@ -164,4 +242,6 @@ def render() -> str:
     ]
     for command in commands(parser):
         lines += _section(command, env)
+    lines += _direct_variables()
+    lines += [NOTES]
     return "\n".join(lines).rstrip() + "\n"
