@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from types import MappingProxyType
 
+from backends.memory.attributes import SystemAttributes
 from backends.memory.config import QueueConfig
 from worker.types import MessageAttribute, ReceivedMessage
 
@@ -79,21 +79,17 @@ def snapshot(message: Message) -> MessageSnapshot:
 
 def received_message(config: QueueConfig, message: Message) -> ReceivedMessage:
     """The message as a receive returns it, system attributes spelled as SQS spells them."""
-    attributes = {
-        "SenderId": "000000000000",
-        "SentTimestamp": str(message.sent_timestamp_ms),
-        "ApproximateReceiveCount": str(message.receive_count),
-        "ApproximateFirstReceiveTimestamp": str(message.first_receive_ms),
-    }
-    if message.group_id is not None:
-        attributes["MessageGroupId"] = message.group_id
-    if config.fifo:
-        attributes["MessageDeduplicationId"] = str(message.deduplication_id)
-        attributes["SequenceNumber"] = str(message.sequence_number)
-    if message.trace_header is not None:
-        attributes["AWSTraceHeader"] = message.trace_header
-    if message.dead_letter_source_arn is not None:
-        attributes["DeadLetterQueueSourceArn"] = message.dead_letter_source_arn
+    attributes = SystemAttributes(
+        sent_ms=message.sent_timestamp_ms,
+        receive_count=message.receive_count,
+        first_receive_ms=message.first_receive_ms,
+        group_id=message.group_id,
+        fifo=config.fifo,
+        deduplication_id=message.deduplication_id,
+        sequence_number=message.sequence_number,
+        trace_header=message.trace_header,
+        dead_letter_source_arn=message.dead_letter_source_arn,
+    )
     assert message.receipt_handle is not None, "only a received message is returned"
     return ReceivedMessage(
         queue=config.name,
@@ -101,6 +97,6 @@ def received_message(config: QueueConfig, message: Message) -> ReceivedMessage:
         receipt_handle=message.receipt_handle,
         body=message.body,
         receive_count=message.receive_count,
-        attributes=MappingProxyType(attributes),
+        attributes=attributes,
         message_attributes=message.message_attributes,
     )

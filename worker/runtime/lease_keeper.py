@@ -94,6 +94,8 @@ class LeaseKeeper:
         #: The keeper's task has ended (shutdown, crash): nobody will renew anything now.
         self._down = False
         self._started = False
+        #: Bound once: every lease keeps it (a bound method made per lease is 64 bytes).
+        self._requester = self._request_extension
 
     # -- bookkeeping ------------------------------------------------------------------------
 
@@ -107,7 +109,7 @@ class LeaseKeeper:
 
     def track(self, lease: Lease) -> None:
         """Start keeping `lease` alive; call right after the receive."""
-        lease._requester = self._request_extension
+        lease._requester = self._requester
         lease.tracked = True
         self._schedule_renewal(lease)
 
