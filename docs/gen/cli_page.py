@@ -18,6 +18,8 @@ from docs.gen.environment import clean_environment
 from docs.gen.markdown import cell, table
 from worker.cli.main import build_parser
 from worker.cli.options import ENV_PREFIX
+from worker.config import WorkerConfig
+from worker.runtime.queues import STARTUP_CALL_TIMEOUTS
 
 __all__ = ["Command", "commands", "render"]
 
@@ -70,6 +72,12 @@ holding up the others. Child i gets `LEASE_WORKER_PROCESS_INDEX=i` and, with
 `--ops-port P`, its own ops listener on port P + i: health is per process, which an
 aggregate endpoint would hide. Worth it when handlers or the SQS client use a whole core;
 in Kubernetes, run one process per pod.
+
+**Start-up** reads each queue's attributes first. When the queue service throttles or
+cannot be reached, it retries with a pause doubling from `receive_backoff_s` to
+`receive_backoff_max_s`, for {startup_calls} call timeouts ({startup_s:g} s with the default
+`call_timeout_s`), then ends with one line and status 1; a missing queue or denied access
+ends it at once, status 1.
 
 **Exit status**: 0 after a shutdown; 1 with one line when a queue is missing or access is
 denied, when start-up could not reach the queue service, or when the worker crashed (after
@@ -243,5 +251,6 @@ def render() -> str:
     for command in commands(parser):
         lines += _section(command, env)
     lines += _direct_variables()
-    lines += [NOTES]
+    startup_s = STARTUP_CALL_TIMEOUTS * WorkerConfig().call_timeout_s
+    lines += [NOTES.format(startup_calls=STARTUP_CALL_TIMEOUTS, startup_s=startup_s)]
     return "\n".join(lines).rstrip() + "\n"

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from docs.gen.markdown import table
+from worker.cli import logging as caps
 
 __all__ = ["LEVELS", "NEVER_LOGGED", "ROOT", "Event", "Scan", "render", "scan"]
 
@@ -173,8 +174,16 @@ def render() -> str:
         "`level` and `timestamp`; inside a handler's task, the context "
         + " and ".join(f"`{c}`" for c in CONTEXT),
         "(bound with structlog's contextvars, so your handler's own lines get them too).",
-        "Bodies are never logged. A line about an exception carries its type and message,",
-        "capped, and never a traceback's local variables.",
+        "The standard library's records (botocore, aiohttp, your own `logging` loggers) go",
+        "through the same renderer and carry the same context; botocore's loggers never log",
+        "below INFO, since their DEBUG lines hold whole requests.",
+        "",
+        "Bodies and credentials are never logged, and a traceback never shows local",
+        "variables, in either format. What an exception adds to a line is capped: its",
+        f"message (and an `error` or `reason` field) at {caps.MESSAGE_CAP:,} characters, a",
+        f"whole traceback at {caps.TRACEBACK_CAP:,}, {caps.FRAMES_CAP} frames per exception,",
+        f"{caps.EXCEPTIONS_CAP} exceptions per traceback (causes and contexts), and an event's",
+        f"text at {caps.EVENT_CAP:,}.",
         "",
         *table(["event", "level", "fields", "logged by"], rows),
         "",
