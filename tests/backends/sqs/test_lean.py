@@ -8,11 +8,13 @@ taken afresh from the provider chain on every call.
 - Credential refresh: a profile whose `credential_process` hands out a new key and session
   token on each run, expiring within botocore's mandatory-refresh window, so botocore's
   provider chain refreshes on every `get_frozen_credentials`. A small recording server takes
-  the lean calls; each must carry the next token, and be signed with the key of that token.
+  the lean calls; each must carry the next token, and be signed with the key of that token,
+  with a signature that verifies (rebuilt from what arrived, with the secret).
 """
 
 from __future__ import annotations
 
+import hmac
 import json
 import re
 import sys
@@ -24,6 +26,9 @@ from pathlib import Path
 import anyio
 import pytest
 from aiohttp import web
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import ReadOnlyCredentials
 
 from backends.serve.sqs.endpoint import sqs_endpoint_in_thread
 from backends.sqs import SqsBackend, SqsSettings
@@ -106,20 +111,43 @@ print(json.dumps({"Version": 1, "AccessKeyId": f"AKIDLEAN{n:04d}", "SecretAccess
 """
 
 
+def signature_verifies(request: web.Request, body: bytes, secret: str) -> bool:
+    """Whether the request's SigV4 signature is right for `secret`: the canonical request is
+    rebuilt from what arrived (the signed headers, the body), as SQS rebuilds it."""
+    authorization = request.headers.get("Authorization", "")
+    fields = dict(re.findall(r"(\w+)=([^,\s]+)", authorization))
+    key_id, _, region, service, _ = fields["Credential"].split("/")
+    signed = fields["SignedHeaders"].split(";")
+    rebuilt = AWSRequest(
+        method=request.method,
+        url=f"http://{request.host}{request.path}",
+        data=body,
+        headers={name: request.headers[name] for name in signed if name != "host"},
+    )
+    rebuilt.context["timestamp"] = request.headers["X-Amz-Date"]
+    token = request.headers.get("X-Amz-Security-Token")
+    auth = SigV4Auth(ReadOnlyCredentials(key_id, secret, token), service, region)
+    string_to_sign = auth.string_to_sign(rebuilt, auth.canonical_request(rebuilt))
+    expected: str = auth.signature(string_to_sign, rebuilt)
+    return hmac.compare_digest(expected, fields["Signature"])
+
+
 class Recorder:
     """An SQS stand-in that answers every JSON call with `{}` and keeps what signed it."""
 
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, str, str]] = []  # (operation, token, key id)
+    def __init__(self, secret: str) -> None:
+        self.secret = secret
+        self.calls: list[tuple[str, str, str, bool]] = []  # (operation, token, key id, valid)
 
     async def handle(self, request: web.Request) -> web.Response:
-        await request.read()
+        body = await request.read()
         credential = re.search(r"Credential=([^/]+)/", request.headers.get("Authorization", ""))
         self.calls.append(
             (
                 request.headers.get("X-Amz-Target", ""),
                 request.headers.get("X-Amz-Security-Token", ""),
                 credential.group(1) if credential else "",
+                signature_verifies(request, body, self.secret),
             )
         )
         return web.Response(body=b"{}", content_type="application/x-amz-json-1.0")
@@ -152,7 +180,7 @@ async def test_lean_calls_take_refreshed_credentials_from_the_provider_chain(
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
         monkeypatch.delenv(name, raising=False)
-    recorder = Recorder()
+    recorder = Recorder(secret="t")
     async with recording_server(recorder) as url:
         settings = SqsSettings(
             region="us-east-1", endpoint_url=url, profile="lean-refresh", client="lean"
@@ -168,7 +196,9 @@ async def test_lean_calls_take_refreshed_credentials_from_the_provider_chain(
     runs = int(counter.read_text())
     # The process ran once per call at least (a refresh each time), and each call carried
     # the newest token, signed with the key that came with it.
-    tokens = [int(token.removeprefix("token-")) for _, token, _ in recorder.calls]
-    assert [operation for operation, _, _ in recorder.calls] == ["AmazonSQS.ReceiveMessage"] * 3
+    tokens = [int(token.removeprefix("token-")) for _, token, _, _ in recorder.calls]
+    assert [call[0] for call in recorder.calls] == ["AmazonSQS.ReceiveMessage"] * 3
     assert tokens == [runs - 2, runs - 1, runs]
-    assert [key for _, _, key in recorder.calls] == [f"AKIDLEAN{n:04d}" for n in tokens]
+    assert [call[2] for call in recorder.calls] == [f"AKIDLEAN{n:04d}" for n in tokens]
+    # Neither moto nor our endpoint checks signatures: this server does.
+    assert [call[3] for call in recorder.calls] == [True] * 3
