@@ -31,15 +31,37 @@ def measure(func: Callable[[], T]) -> tuple[T, Timing]:
     return result, Timing(time.perf_counter() - wall, time.process_time() - cpu)
 
 
-def run_async(func: Callable[..., Awaitable[T]], *args: Any, virtual_time: bool = False) -> T:
-    """Run on a fresh asyncio loop; with `virtual_time`, sleeps take no real time (looptime)."""
+#: The event loops a benchmark can run on (uvloop: the [fast] extra).
+LOOPS = ("asyncio", "uvloop")
+
+
+def loop_factory(loop: str) -> Callable[[], asyncio.AbstractEventLoop]:
+    if loop == "uvloop":
+        import uvloop
+
+        return uvloop.new_event_loop
+    if loop != "asyncio":
+        raise ValueError(f"loop {loop!r}: choose from {', '.join(LOOPS)}")
+    return asyncio.new_event_loop
+
+
+def run_async(
+    func: Callable[..., Awaitable[T]],
+    *args: Any,
+    virtual_time: bool = False,
+    loop: str = "asyncio",
+) -> T:
+    """Run on a fresh event loop of kind `loop`; with `virtual_time`, sleeps take no real time
+    (looptime, which is an asyncio loop: `loop` must then be "asyncio")."""
     options: dict[str, Any] = {}
     if virtual_time:
         import looptime
 
+        if loop != "asyncio":
+            raise ValueError("virtual time (looptime) runs on the asyncio loop only")
         options["loop_factory"] = lambda: looptime.new_event_loop(start=0)
     else:
-        options["loop_factory"] = asyncio.new_event_loop
+        options["loop_factory"] = loop_factory(loop)
     return anyio.run(func, *args, backend="asyncio", backend_options=options)
 
 

@@ -76,6 +76,8 @@ class Process:
             start_new_session=True,
         )
         self.done = threading.Event()
+        #: Set when the child prints "ready" (lease-worker's no-op app, the floor).
+        self.ready = threading.Event()
         self._stderr: deque[str] = deque(maxlen=20)
         self._readers = [
             threading.Thread(target=self._read, args=(stream, take), daemon=True)
@@ -90,6 +92,8 @@ class Process:
     def _stdout(self, line: str) -> None:
         if line == "done":
             self.done.set()
+        elif line == "ready":
+            self.ready.set()
 
     @staticmethod
     def _read(stream: IO[bytes] | None, take: Callable[[str], None]) -> None:

@@ -2,8 +2,8 @@
 timing, each with where it came from. Lower a number when the runtime gets leaner; a test
 fails when a change makes the figure worse than its budget.
 
-Measured 2026-11-24 on commit 7da26e9 (Python 3.11.7), by the same functions the tests call
-(bench.footprint, bench.lease_scale); byte budgets are that figure plus 10-15 %, request
+Measured 2026-11-24 on commit 7471add (Python 3.11.7) with `python -m bench.footprint`, the
+same functions the tests call; byte budgets are that figure plus 10-15 %, request
 counts are exact (they are already at their floor).
 """
 
@@ -34,20 +34,23 @@ SQS_START_UP_REQUESTS = {"GetQueueAttributes": 1}
 #: Peak bytes allocated above the baseline while draining DRAIN_MESSAGES with a no-op
 #: handler, max_in_flight 100, after a 500-message warm-up: what a drain holds at its
 #: busiest (about 100 messages between receive and delete, and their transients). It does
-#: not grow with N. Measured 283,093 B.
-DRAIN_PEAK_BYTES = 320_000
+#: not grow with N. Measured 246,367-251,045 B (283,093 B before the runtime's metrics
+#: became plain numbers).
+DRAIN_PEAK_BYTES = 285_000
 #: Bytes still allocated once the worker has shut down grow by at most this much per
 #: message from a drain of DRAIN_MESSAGES to one of twice as many: a leak of even one small
 #: object per message (a set entry, 30 B or more) shows. The absolute figure (7-9 KiB:
 #: metric children, the engine's queue) depends on what ran before in the process.
-#: Measured: 0 to 0.03 B per message.
+#: Measured: 0 to 1.06 B per message (the absolute figure moves by 2 KiB, one container's
+#: resize, whatever N is: 7,176 or 9,224 B at 1,000 to 16,000 messages).
 RETAINED_BYTES_PER_MESSAGE = 2
 
 #: Messages held at once (handlers blocked on an event) to measure bytes per lease.
 HELD_MESSAGES = 5_000
 #: Bytes per in-flight message at HELD_MESSAGES held: engine record, lease, message,
-#: handler task and its scope together. Measured 4,561-4,616 B (issue 20's goal: 3 KiB).
-BYTES_PER_LEASE = 5_200
+#: handler task and its scope together. Measured 3,550-3,566 B (4,561-4,616 B earlier the
+#: same day); issue 20's goal is 3 KiB (3,072 B).
+BYTES_PER_LEASE = 4_000
 
 # -- renewals (exact) -----------------------------------------------------------------------
 

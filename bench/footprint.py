@@ -176,3 +176,35 @@ async def drain_over_sqs(backend: SqsBackend, url: str, count: int, queue: str) 
     with anyio.fail_after(60):
         await run_until_handled(app, backend, count)
     return await anyio.to_thread.run_sync(endpoint_requests, url) - before
+
+
+def main() -> None:
+    """`python -m bench.footprint`: today's figures for bench/budgets.py (the SQS count is
+    the test's; run it with pytest)."""
+    import math
+
+    from bench import budgets, lease_scale
+
+    drained = drain(budgets.DRAIN_MESSAGES)
+    twice = drain(2 * budgets.DRAIN_MESSAGES)
+    with production_logging():
+        renewals = lease_scale.run(budgets.RENEWAL_LEASES)
+    growth = (twice.retained_bytes - drained.retained_bytes) / budgets.DRAIN_MESSAGES
+    figures = {
+        f"calls draining {drained.messages:,}": dict(drained.calls),
+        "requests per message": round(drained.requests_per_message, 4),
+        "drain peak bytes": drained.peak_bytes,
+        "retained bytes": drained.retained_bytes,
+        "retained growth per message": round(growth, 3),
+        f"bytes per lease at {budgets.HELD_MESSAGES:,}": round(
+            bytes_per_lease(budgets.HELD_MESSAGES)
+        ),
+        f"renewal calls per round at {budgets.RENEWAL_LEASES:,}": renewals.calls_per_round,
+        "floor ceil(N/10)": math.ceil(budgets.RENEWAL_LEASES / 10),
+    }
+    for name, value in figures.items():
+        print(f"{name:34} {value}")
+
+
+if __name__ == "__main__":
+    main()

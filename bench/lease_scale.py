@@ -3,14 +3,17 @@
 Virtual time (looptime): the handlers sleep 75 s against a 30 s visibility timeout and a
 10 s margin, so every lease is renewed at 20, 40 and 60 s. Reported: calls per renewal
 round against the floor ceil(N/10), leases lapsed (must be 0), CPU seconds per round, and
-the worker's memory per in-flight message (resident set growth while all N are held).
+the worker's memory per in-flight message, two ways: the resident set's growth while all N
+are held (this run), and tracemalloc's count of bytes Python allocated for them (a second
+run, `bench.footprint.bytes_per_lease`: tracing slows allocation, so it is kept out of the
+CPU figure).
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import anyio
 
@@ -31,6 +34,8 @@ class Result:
     cpu_s_per_round: float
     bytes_per_message: float
     handled: int
+    #: tracemalloc's bytes per in-flight message (0.0 when not measured).
+    traced_bytes_per_message: float = 0.0
 
 
 def _rss_bytes() -> int:
@@ -83,21 +88,48 @@ async def _scale(count: int) -> Result:
     )
 
 
-def run(count: int) -> Result:
-    return run_async(_scale, count, virtual_time=True)
+#: Issue 20's goals at 100,000 in flight.
+GOAL_BYTES = 3 * 1024
+GOAL_CPU_S = 1.0
+
+
+def run(count: int, *, traced: bool = False) -> Result:
+    """The renewal run; with `traced`, also tracemalloc's bytes per lease (a second run)."""
+    result = run_async(_scale, count, virtual_time=True)
+    if not traced:
+        return result
+    from bench.footprint import bytes_per_lease
+
+    return replace(result, traced_bytes_per_message=bytes_per_lease(count))
+
+
+def table(result: Result) -> list[str]:
+    goal_kib = GOAL_BYTES / 1024
+    return [
+        "| in flight | renewal rounds | calls per round | floor ceil(N/10) | lapsed | "
+        "**CPU s per round** (goal < 1 s) | **bytes per message, tracemalloc** "
+        f"(goal ≤ {goal_kib:.0f} KiB) | resident set per message |",
+        "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |",
+        f"| {result.messages:,} | {result.rounds} | "
+        f"{', '.join(f'{c:,}' for c in result.calls_per_round)} | {result.floor:,} | "
+        f"{result.lapsed} | **{result.cpu_s_per_round:.3f}** | "
+        f"**{result.traced_bytes_per_message / 1024:.2f} KiB** | "
+        f"{result.bytes_per_message / 1024:.2f} KiB |",
+    ]
 
 
 def main() -> None:
     configure_logging(level="warning")
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--messages", type=int, default=100_000)
-    result = run(parser.parse_args().messages)
+    result = run(parser.parse_args().messages, traced=True)
     print(f"in flight           {result.messages}")
     print(f"renewal rounds      {result.rounds}")
     print(f"calls per round     {result.calls_per_round} (floor {result.floor})")
     print(f"leases lapsed       {result.lapsed}")
     print(f"CPU per round       {result.cpu_s_per_round:.3f} s")
-    print(f"memory per message  {result.bytes_per_message:,.0f} B")
+    print(f"memory per message  {result.bytes_per_message:,.0f} B resident set")
+    print(f"                    {result.traced_bytes_per_message:,.0f} B tracemalloc")
 
 
 if __name__ == "__main__":

@@ -1,10 +1,12 @@
-"""Runs every benchmark and writes docs/benchmarks.md with tables and PNG plots.
+"""Runs every benchmark and writes docs/benchmarks.md with tables and PNG plots, and the
+profile (bench.profile) to docs/profile.md with its flame graphs.
 
-    python -m bench.report            # full size (minutes), writes docs/
+    python -m bench.report            # full size (about 10 minutes on 2 cores), writes docs/
     python -m bench.report --smoke    # seconds; what CI runs so that nothing rots
 
 Figures are ratios and counts measured side by side in one run on one machine; nothing here
-passes or fails.
+passes or fails (the figures that do not depend on timing are guarded in
+tests/bench/test_budgets.py).
 """
 
 from __future__ import annotations
@@ -14,25 +16,69 @@ import importlib.metadata
 import os
 import platform
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from bench import engine_throughput, lease_scale, long_handlers
+from bench import (
+    engine_throughput,
+    lease_scale,
+    long_handlers,
+    profile,
+    scale_out,
+    side_by_side,
+    smq_renewals,
+)
+from bench._plots import plot
+from bench.goals import goals_table
 from worker.cli.logging import configure_logging
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
 class Sizes:
     throughput: int
+    #: Engine throughput: rounds per loop (the fastest is kept).
+    throughput_rounds: int
     scale: int
     long_handlers: int
     side_by_side: int
+    smq_leases: int
+    smq_rounds: int
+    #: The profile: the engine drain and the worker over SQS.
+    profile: int
+    profile_sqs: int
+    #: False at smoke size: fewer contenders and profiles, no SMQ runtime run (seconds).
+    full: bool
 
 
-FULL = Sizes(throughput=100_000, scale=100_000, long_handlers=400, side_by_side=20_000)
-SMOKE = Sizes(throughput=2_000, scale=500, long_handlers=20, side_by_side=200)
+FULL = Sizes(
+    throughput=100_000,
+    throughput_rounds=3,
+    scale=100_000,
+    long_handlers=400,
+    side_by_side=20_000,
+    smq_leases=1_000,
+    smq_rounds=3,
+    profile=100_000,
+    profile_sqs=20_000,
+    full=True,
+)
+SMOKE = Sizes(
+    throughput=2_000,
+    throughput_rounds=1,
+    scale=500,
+    long_handlers=20,
+    side_by_side=200,
+    smq_leases=50,
+    smq_rounds=1,
+    profile=1_000,
+    profile_sqs=200,
+    full=False,
+)
 
 
 def _version(package: str) -> str:
@@ -54,38 +100,14 @@ def _cpu_model() -> str:
 
 
 def environment(command: str) -> list[str]:
-    packages = ("lease-worker", "anyio", "aiobotocore", "botocore", "aiohttp", "structlog")
+    packages = (
+        *("lease-worker", "anyio", "aiobotocore", "botocore", "aiohttp", "structlog"),
+        *("uvloop", "orjson"),
+    )
     return [
         f"- command: `{command}`",
         f"- machine: {_cpu_model()}, {os.cpu_count()} cores; Python {platform.python_version()}",
         "- versions: " + ", ".join(f"{p} {_version(p)}" for p in packages),
-    ]
-
-
-def table_throughput(result: engine_throughput.Result) -> list[str]:
-    return [
-        "| | messages | msgs/s | CPU s |",
-        "| --- | ---: | ---: | ---: |",
-        f"| lease-worker, no-op async handler | {result.messages:,} | "
-        f"{result.worker_rate:,.0f} | {result.worker.cpu_s:.2f} |",
-        f"| bare asyncio: spawn and finish a no-op task | {result.messages:,} | "
-        f"{result.ceiling_rate:,.0f} | {result.ceiling.cpu_s:.2f} |",
-        "",
-        f"Ratio worker / ceiling: **{result.worker_rate / result.ceiling_rate:.3f}** "
-        f"({1e6 * result.worker.cpu_s / result.messages:.0f} µs of CPU per message for "
-        "receive, lease, decode, dispatch, settle and metrics).",
-    ]
-
-
-def table_scale(result: lease_scale.Result) -> list[str]:
-    return [
-        "| in flight | renewal rounds | calls per round | floor ceil(N/10) | lapsed | "
-        "CPU s per round | memory per message |",
-        "| ---: | ---: | --- | ---: | ---: | ---: | ---: |",
-        f"| {result.messages:,} | {result.rounds} | "
-        f"{', '.join(f'{c:,}' for c in result.calls_per_round)} | {result.floor:,} | "
-        f"{result.lapsed} | {result.cpu_s_per_round:.3f} | "
-        f"{result.bytes_per_message / 1024:.1f} KiB |",
     ]
 
 
@@ -101,19 +123,6 @@ def table_long(rows: list[long_handlers.Row]) -> list[str]:
             f"{row.heartbeat:.2f} ({row.heartbeat_extends:.2f}) |"
         )
     return lines
-
-
-def _plot(path: Path, draw: Callable[[Any], None]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib import pyplot
-
-    figure, axes = pyplot.subplots(figsize=(6.4, 3.6), dpi=100)
-    draw(axes)
-    figure.tight_layout()
-    figure.savefig(path)
-    pyplot.close(figure)
 
 
 def plot_long(rows: list[long_handlers.Row], path: Path) -> None:
@@ -135,56 +144,82 @@ def plot_long(rows: list[long_handlers.Row], path: Path) -> None:
         axes.set_title("Cost of long handlers (30 s visibility)")
         axes.legend()
 
-    _plot(path, draw)
+    plot(path, draw)
 
 
-def plot_throughput(result: engine_throughput.Result, path: Path) -> None:
-    def draw(axes: Any) -> None:
-        axes.barh(["bare asyncio tasks", "lease-worker"], [result.ceiling_rate, result.worker_rate])
-        axes.set_xlabel("per second")
-        axes.set_title(f"Draining {result.messages:,} messages from the in-memory engine")
-
-    _plot(path, draw)
+def _timed(label: str, work: Callable[[], T]) -> T:
+    started = time.perf_counter()
+    result = work()
+    print(f"report: {label} took {time.perf_counter() - started:.0f} s", file=sys.stderr)
+    return result
 
 
 def build(sizes: Sizes, out: Path, command: str) -> str:
     images = out.parent / "bench"
     images.mkdir(parents=True, exist_ok=True)
-    throughput = engine_throughput.run(sizes.throughput)
-    scale = lease_scale.run(sizes.scale)
-    long_rows = long_handlers.run(sizes.long_handlers)
-    plot_throughput(throughput, images / "throughput.png")
-    plot_long(long_rows, images / "long_handlers.png")
-    side = _side_by_side(sizes.side_by_side, images)
     rel = os.path.relpath(images, out.parent)
+    engine = _timed(
+        "engine throughput",
+        lambda: [
+            engine_throughput.run(sizes.throughput, loop, sizes.throughput_rounds)
+            for loop in engine_throughput.available_loops()
+        ],
+    )
+    engine_throughput.chart(engine, images / "throughput.png")
+    scale = _timed("lease scale", lambda: lease_scale.run(sizes.scale, traced=True))
+    rows = _timed(
+        "side by side",
+        lambda: side_by_side.run(
+            sizes.side_by_side, side_by_side.rounds_for(sizes.side_by_side), smoke=not sizes.full
+        ),
+    )
+    long_rows = _timed("long handlers", lambda: long_handlers.run(sizes.long_handlers))
+    plot_long(long_rows, images / "long_handlers.png")
+    smq = _timed(
+        "smq renewals",
+        lambda: smq_renewals.measure(sizes.smq_leases, sizes.smq_rounds, runtime=sizes.full),
+    )
+    profiled = _timed(
+        "profile",
+        lambda: profile.write(sizes.profile, sizes.profile_sqs, out.parent / "profile.md", command),
+    )
     lines = [
         "# Benchmarks",
         "",
         "Produced by `bench/run` (see the README); every figure below comes from one run on "
-        "one machine, measured side by side. Nothing here is a pass/fail test.",
+        "one machine, measured side by side. Nothing here is a pass/fail test: the figures "
+        "that do not depend on timing (requests per message, bytes per lease, renewal calls "
+        "per round) are guarded in CI by tests/bench/test_budgets.py against bench/budgets.py.",
         "",
         *environment(command),
         "",
+        "## Issue 20's goals at a glance",
+        "",
+        *goals_table(engine, scale, rows),
+        "",
         "## 1. Engine throughput",
         "",
-        *table_throughput(throughput),
+        _body(engine_throughput.__doc__),
         "",
-        f"![throughput]({rel}/throughput.png)",
+        *engine_throughput.table(engine),
+        "",
+        f"![engine ratio]({rel}/throughput.png)",
         "",
         "## 2. Lease scale",
         "",
-        "Handlers sleep 75 s (virtual time) against a 30 s visibility and a 10 s margin, so "
-        "every lease is renewed at 20, 40 and 60 s. Virtual time does not advance while the "
-        "loop computes, so the CPU per round column is what tells whether a round fits in the "
-        "renewal margin in real time.",
+        _body(lease_scale.__doc__),
         "",
-        *table_scale(scale),
+        *lease_scale.table(scale),
         "",
         "## 3. Side by side over the SQS protocol",
         "",
-        *side,
+        *side_by_side.section(rows, images),
         "",
-        "## 4. Cost of long handlers",
+        "## 4. Scale-out",
+        "",
+        *scale_out.section(rows, images),
+        "",
+        "## 5. Cost of long handlers",
         "",
         _body(long_handlers.__doc__),
         "",
@@ -193,6 +228,14 @@ def build(sizes: Sizes, out: Path, command: str) -> str:
         *table_long(long_rows),
         "",
         f"![long handlers]({rel}/long_handlers.png)",
+        "",
+        "## 6. SMQ: renewal cost",
+        "",
+        *smq_renewals.section(*smq, scale.cpu_s_per_round, scale.floor),
+        "",
+        "## 7. Profile",
+        "",
+        *profile.summary(profiled, "profile.md"),
         "",
     ]
     return "\n".join(lines)
@@ -203,15 +246,6 @@ def _body(docstring: str | None) -> str:
     return (docstring or "").strip().partition("\n")[2].strip()
 
 
-def _side_by_side(messages: int, images: Path) -> list[str]:
-    try:
-        from bench import side_by_side
-    except ImportError:
-        return ["(not measured: bench/side_by_side.py is not there yet)"]
-    lines: list[str] = side_by_side.report(messages, images)
-    return lines
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, for CI")
@@ -219,8 +253,8 @@ def main() -> None:
     args = parser.parse_args()
     configure_logging(level="warning")
     command = "python -m bench.report" + (" --smoke" if args.smoke else "")
-    text = build(SMOKE if args.smoke else FULL, args.out, command)
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    text = _timed("everything", lambda: build(SMOKE if args.smoke else FULL, args.out, command))
     args.out.write_text(text)
     print(text)
     print(f"\nwritten to {args.out}", file=sys.stderr)

@@ -26,8 +26,10 @@ import tempfile
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from bench._harness import QUEUE, Process, Sqs, cpu_s, server, started
 from bench.peers import contenders as peers
@@ -112,7 +114,14 @@ def _watch(sqs: Sqs, url: str, messages: int, process: Process, server_pid: int)
             process.done.wait(0.05)
 
 
-def measure(contender: Contender, messages: int, *, version: str = "") -> Row:
+def measure(
+    contender: Contender,
+    messages: int,
+    *,
+    version: str = "",
+    on_start: Callable[[Process], None] | None = None,
+) -> Row:
+    """One drain by `contender`; `on_start(process)` once it has started (for a profiler)."""
     with server() as endpoint:
         sqs = endpoint.sqs
         attributes = {"VisibilityTimeout": "30"}
@@ -129,6 +138,8 @@ def measure(contender: Contender, messages: int, *, version: str = "") -> Row:
         }
         command = [arg.replace("{endpoint}", endpoint.url) for arg in contender.command]
         with started(command, env=env, cwd=contender.cwd) as process:
+            if on_start is not None:
+                on_start(process)
             first, last = _watch(sqs, url, messages, process, endpoint.process.pid)
             requests = endpoint.requests() - before - sqs.calls
     return Row(
@@ -142,29 +153,31 @@ def measure(contender: Contender, messages: int, *, version: str = "") -> Row:
     )
 
 
-def attempt(contender: Contender, messages: int) -> Row | str:
+def attempt(
+    contender: Contender, messages: int, on_start: Callable[[Process], None] | None = None
+) -> Row | str:
     """`measure`, or why the contender could not be measured."""
     reason = peers.missing(contender)
     if reason is not None:
         return reason
     try:
-        return measure(contender, messages)
+        return measure(contender, messages, on_start=on_start)
     except (Failed, RuntimeError, OSError, ValueError, KeyError) as error:
         return str(error) or type(error).__name__
 
 
-def run(messages: int, rounds: int = 1) -> list[Row]:
+def run(messages: int, rounds: int = 1, *, smoke: bool = False) -> list[Row]:
     """Install the peers if need be, then measure every contender, `rounds` times in turn.
 
     Each row is the contender's fastest round (the one least disturbed by whatever else the
     machine was doing), with every round's rate in `rates`. A contender that fails once is
-    reported as failed and not run again.
+    reported as failed and not run again. `smoke`: only the contenders marked for smoke runs.
     """
     trouble = peers.install()
     if trouble:
         print(f"side_by_side: PEERS NOT (ALL) INSTALLED: {trouble}", file=sys.stderr)
     versions = peers.versions()
-    everyone = peers.contenders()
+    everyone = [c for c in peers.contenders() if c.smoke or not smoke]
     measured: dict[str, list[Row]] = {c.name: [] for c in everyone}
     failures: dict[str, str] = {}
     for round_ in range(1, rounds + 1):
@@ -222,62 +235,131 @@ def table(rows: list[Row]) -> list[str]:
     return lines
 
 
-def summary(rows: list[Row]) -> str:
-    ours = [r for r in rows if r.contender.name.startswith("lease-worker")]
-    if not ours or all(row.failure is not None for row in ours):
-        return "lease-worker itself was not measured, so there are no ratios."
-    peers = [r for r in rows if r not in ours and r.failure is None and r.rate > 0]
-    missing = [row.contender.name for row in rows if row.failure is not None]
-    sentences = []
-    for row in ours:
-        if row.failure is not None:
-            continue
-        ratios = ", ".join(f"{row.rate / peer.rate:.2f} ({peer.contender.name})" for peer in peers)
-        sentences.append(
-            f"{row.contender.name}, leases on, drained {row.messages:,} messages at "
-            f"{row.rate:,.0f} msgs/s with {row.requests_per_message:.3f} SQS requests per "
-            f"message; its msgs/s ÷ each other contender's: {ratios or 'no peer ran'}."
+#: Issue 20's goal: one process at least this many times the fastest peer's msgs/s and
+#: CPU per message.
+GOAL = 1.5
+
+
+def _ours(row: Row) -> bool:
+    return row.contender.name.startswith("lease-worker")
+
+
+def _measured(row: Row) -> bool:
+    return row.failure is None and row.rate > 0
+
+
+def _cpu(row: Row) -> float:
+    return row.worker_cpu_s / row.messages
+
+
+def references(rows: list[Row]) -> list[Row]:
+    """The fastest peer (by msgs/s) and the raw aiobotocore floor, those that were measured."""
+    peers_ = [r for r in rows if not _ours(r) and _measured(r)]
+    fastest = [
+        max(
+            (r for r in peers_ if not r.contender.name.startswith("floor")),
+            key=lambda r: r.rate,
+            default=None,
         )
-    if missing:
-        sentences.append(f"**Not measured: {', '.join(missing)}.**")
-    return " ".join(sentences)
+    ]
+    floor = [r for r in peers_ if r.contender.name.startswith("floor")]
+    return [r for r in (*fastest, *floor) if r is not None]
+
+
+def ratios(rows: list[Row]) -> list[str]:
+    """lease-worker's rows against the fastest peer and the floor: msgs/s and CPU per
+    message, each as a ratio where above 1 means lease-worker does better."""
+    against = references(rows)
+    if not against or not any(_ours(r) and _measured(r) for r in rows):
+        return ["(no ratios: lease-worker or every peer went unmeasured)"]
+    head = " | ".join(
+        f"msgs/s ÷ {r.contender.name} | {r.contender.name}'s CPU/msg ÷ ours" for r in against
+    )
+    lines = [f"| lease-worker | {head} |", "| --- |" + " ---: |" * (2 * len(against))]
+    for row in rows:
+        if not _ours(row):
+            continue
+        if not _measured(row):
+            lines.append(f"| {row.contender.name} |" + " |" * (2 * len(against)))
+            continue
+        cells = " | ".join(
+            f"**{row.rate / ref.rate:.2f}** | **{_cpu(ref) / _cpu(row):.2f}**" for ref in against
+        )
+        lines.append(f"| {row.contender.name} | {cells} |")
+    return [
+        *lines,
+        "",
+        f"Goal (issue 20): one process ≥ {GOAL}x the fastest peer on both, and ≥ 1 against the "
+        "floor. Rows with 2 or more processes use more cores than the one-process peers: "
+        "read their CPU per message, not their msgs/s, against a one-process peer.",
+    ]
+
+
+def summary(rows: list[Row]) -> str:
+    missing = [row.contender.name for row in rows if row.failure is not None]
+    if not any(_ours(r) and _measured(r) for r in rows):
+        return "lease-worker itself was not measured, so there are no ratios."
+    return f"**Not measured: {', '.join(missing)}.**" if missing else ""
 
 
 def plot(rows: list[Row], path: Path) -> None:
+    def panel(axes: Any, values: list[float], labels: list[str], title: str) -> None:
+        names = [row.contender.name for row in shown]
+        colors = ["tab:orange" if _ours(row) else "tab:blue" for row in shown]
+        bars = axes.barh(names, values, color=colors)
+        axes.bar_label(bars, labels, padding=3, fontsize=7)
+        axes.margins(x=0.2)
+        axes.set_title(title, fontsize=9)
+        axes.tick_params(labelsize=7)
+
+    shown = list(reversed(rows))
+    rates = [row.rate for row in shown]
+    cpu = [1e3 * _cpu(row) if _measured(row) else 0.0 for row in shown]
+    figure, (left, right) = _pyplot().subplots(
+        1, 2, figsize=(9.6, 0.3 * len(rows) + 1.4), dpi=100, sharey=True
+    )
+    panel(left, rates, [_label(r, f"{r.rate:,.0f}") for r in shown], "messages per second")
+    panel(
+        right, cpu, [_label(r, f"{1e3 * _cpu(r):.3f}") for r in shown], "worker CPU ms per message"
+    )
+    figure.suptitle(f"Draining {rows[0].messages:,} messages over SQS's protocol", fontsize=10)
+    figure.tight_layout()
+    figure.savefig(path)
+    _pyplot().close(figure)
+
+
+def _label(row: Row, text: str) -> str:
+    return text if _measured(row) else "not measured"
+
+
+def _pyplot() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib import pyplot
 
-    shown = list(reversed(rows))
-    figure, axes = pyplot.subplots(figsize=(7.2, 3.6), dpi=100)
-    names = [row.contender.name for row in shown]
-    colors = ["tab:orange" if name.startswith("lease-worker") else "tab:blue" for name in names]
-    bars = axes.barh(names, [row.rate for row in shown], color=colors)
-    labels = ["not measured" if r.failure else f"{r.rate:,.0f}" for r in shown]
-    axes.bar_label(bars, labels, padding=3, fontsize=8)
-    axes.margins(x=0.15)
-    axes.set_xlabel("messages per second (no-op handler)")
-    axes.set_title(f"Draining {rows[0].messages:,} messages over SQS's protocol", fontsize=10)
-    figure.tight_layout()
-    figure.savefig(path)
-    pyplot.close(figure)
+    return pyplot
 
 
-def report(messages: int, images: Path, rounds: int | None = None) -> list[str]:
-    """The section's markdown; the chart goes to `images`/side_by_side.png.
+def rounds_for(messages: int) -> int:
+    """3 rounds at full size, 1 at smoke size (under 5,000 messages)."""
+    return 3 if messages >= 5_000 else 1
 
-    `rounds` defaults to 3 at full size and 1 at smoke size (under 5,000 messages).
-    """
-    rows = run(messages, rounds or (3 if messages >= 5_000 else 1))
+
+def section(rows: list[Row], images: Path) -> list[str]:
+    """The section's markdown; the chart goes to `images`/side_by_side.png."""
     plot(rows, images / "side_by_side.png")
     settings = [f"- {row.contender.name}: {row.contender.settings}" for row in rows]
+    said = summary(rows)
     return [
         _body(__doc__),
         "",
         *table(rows),
         "",
-        summary(rows),
+        *([said, ""] if said else []),
+        "Ratios, measured side by side in this run (above 1: lease-worker does better):",
+        "",
+        *ratios(rows),
         "",
         f"![side by side]({images.name}/side_by_side.png)",
         "",
@@ -286,6 +368,10 @@ def report(messages: int, images: Path, rounds: int | None = None) -> list[str]:
         "",
         *settings,
     ]
+
+
+def report(messages: int, images: Path, rounds: int | None = None) -> list[str]:
+    return section(run(messages, rounds or rounds_for(messages)), images)
 
 
 def _body(docstring: str | None) -> str:

@@ -9,7 +9,9 @@ wherever the library has them.
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
+import importlib.util
 import json
 import os
 import shutil
@@ -39,6 +41,13 @@ class Contender:
     needs: str = ""
     #: Bodies must be dramatiq messages.
     dramatiq: bool = False
+    #: `lease-worker run` options it uses that older versions lack (skipped without them).
+    options: tuple[str, ...] = ()
+    #: Worker processes (the scale-out section reads lease-worker's rows by this).
+    processes: int = 1
+    #: Run at smoke size too; False for lease-worker's in-between configurations (one
+    #: option of two, several processes without the options), whose code the others run.
+    smoke: bool = True
 
 
 #: lease-worker as the CLI runs it, with the peers' budget of messages held at once.
@@ -47,6 +56,62 @@ _LEASE_WORKER = (
     *("--endpoint-url", "{endpoint}", "--region", "us-east-1"),
     *("--max-in-flight", str(CONCURRENCY), "--log-level", "warning"),
 )
+#: Issue 20's performance options: (name suffix, arguments, what the settings list says).
+_LEAN = ("lean path", ("--sqs-client", "lean"), "`--sqs-client lean`")
+_UVLOOP = ("uvloop", ("--loop", "uvloop"), "`--loop uvloop`")
+_CORES = os.cpu_count() or 1
+
+
+def _lease_worker(
+    *extras: tuple[str, tuple[str, ...], str], processes: int = 1, smoke: bool = True
+) -> Contender:
+    name = ", ".join(["lease-worker", *(extra[0] for extra in extras)])
+    arguments = [arg for extra in extras for arg in extra[1]]
+    said = " and ".join(extra[2] for extra in extras)
+    if processes > 1:
+        name += f", {processes} processes"
+        arguments += ["--processes", str(processes)]
+        said += (" and " if said else "") + (
+            f"`--processes {processes}`: {processes} worker processes under one parent, "
+            f"{CONCURRENCY} messages held by each"
+        )
+    settings = (
+        f"the same with {said}"
+        if said
+        else (
+            "`lease-worker run bench.apps.noop:app --backend sqs --endpoint-url URL --region "
+            f"us-east-1 --max-in-flight {CONCURRENCY}`; "
+            "leases on with the defaults (visibility 30 s, renewed 10 s before the deadline, "
+            "extensions batched 10 per call), receives of min(10, free slots), long poll "
+            "20 s, deletes batched (10 per call, linger 50 ms), one process"
+        )
+    )
+    options = tuple(arg for arg in arguments if arg.startswith("--") and arg != "--processes")
+    return Contender(
+        name,
+        settings,
+        (*_LEASE_WORKER, *arguments),
+        options=options,
+        processes=processes,
+        smoke=smoke,
+    )
+
+
+def lease_workers() -> list[Contender]:
+    """lease-worker plain, with each performance option and both, then the scale-out rows:
+    plain and with both options at 2 .. cpu_count processes."""
+    single = [
+        _lease_worker(),
+        _lease_worker(_LEAN, smoke=False),
+        _lease_worker(_UVLOOP, smoke=False),
+        _lease_worker(_LEAN, _UVLOOP),
+    ]
+    more = [
+        _lease_worker(*extras, processes=n, smoke=bool(extras))
+        for n in range(2, _CORES + 1)
+        for extras in ((), (_LEAN, _UVLOOP))
+    ]
+    return single + more
 
 
 def contenders() -> list[Contender]:
@@ -57,22 +122,7 @@ def contenders() -> list[Contender]:
         "visibilityTimeout 30, heartbeatInterval 10 (heartbeat on)"
     )
     return [
-        Contender(
-            "lease-worker",
-            "`lease-worker run bench.apps.noop:app --backend sqs --endpoint-url URL --region "
-            f"us-east-1 --max-in-flight {CONCURRENCY}`; "
-            "leases on with the defaults (visibility 30 s, renewed 10 s before the deadline, "
-            "extensions batched 10 per call), receives of min(10, free slots), long poll "
-            "20 s, deletes batched (10 per call, linger 50 ms), one process",
-            _LEASE_WORKER,
-        ),
-        Contender(
-            "lease-worker, 2 processes",
-            "the same with `--processes 2`: two worker processes under one parent (as "
-            f"dramatiq's defaults run two), {CONCURRENCY} messages held by each, so up to "
-            f"{2 * CONCURRENCY} in all, like dramatiq-sqs",
-            (*_LEASE_WORKER, "--processes", "2"),
-        ),
+        *lease_workers(),
         Contender(
             "sqs-consumer, batch handler",
             f"`handleMessageBatch`, {sqs_consumer}; one DeleteMessageBatch per batch",
@@ -170,9 +220,9 @@ def versions() -> dict[str, str]:
         peer = {}
     boto3 = f"boto3 {peer.get('boto3', '?')}"
     ours = f"{_local('lease-worker')}" + (f" ({commit})" if commit else "")
+    ours += f", aiobotocore {_local('aiobotocore')}"
     return {
-        "lease-worker, 2 processes": ours + f", aiobotocore {_local('aiobotocore')}",
-        "lease-worker": ours + f", aiobotocore {_local('aiobotocore')}",
+        **{c.name: ours for c in lease_workers()},
         "sqs-consumer, batch handler": node,
         "sqs-consumer, per-message handler": node,
         "aws-sqs-consumer": f"{peer.get('aws-sqs-consumer', '?')}, {boto3}",
@@ -182,8 +232,21 @@ def versions() -> dict[str, str]:
     }
 
 
-def missing(contender: Contender) -> str | None:
-    """Why `contender` cannot run here, or None."""
+@functools.cache
+def _run_help() -> str:
+    return _run([sys.executable, "-m", "worker", "run", "--help"])
+
+
+def missing(contender: Contender, run_help: str | None = None) -> str | None:
+    """Why `contender` cannot run here, or None. `run_help`: `lease-worker run --help`'s
+    text, read here when not given."""
+    if contender.options:
+        text = _run_help() if run_help is None else run_help
+        absent = [option for option in contender.options if option not in text]
+        if absent:
+            return f"this lease-worker has no {', '.join(absent)} option yet"
+        if "uvloop" in contender.command and importlib.util.find_spec("uvloop") is None:
+            return "uvloop is not installed (pip install 'lease-worker[fast]')"
     if contender.needs == "node":
         if shutil.which("node") is None:
             return "node is not installed"
