@@ -2,7 +2,9 @@
 
 Modules: `backend` (the calls), `settings` (the client's set-up), `wire` (SQS's shapes to and
 from `worker.types`) and `errors` (what is checked before a call, and botocore's exceptions
-mapped onto `worker.errors` after).
+mapped onto `worker.errors` after); with `SqsSettings(client="lean")`, `lean` (the hot calls
+sent without botocore's per-call machinery), `lean_wire` (their JSON) and `lean_retry`
+(botocore's standard-mode retry decisions for them).
 """
 
 from backends.sqs.backend import SqsBackend
