@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from docs.gen import cli_page, config_page, layout_page, logs_page, metrics_page
+from docs.gen import cli_page, config_page, logs_page, metrics_page
 
 REFERENCE = Path(__file__).resolve().parents[1] / "reference"
 
@@ -16,7 +16,6 @@ REFERENCE = Path(__file__).resolve().parents[1] / "reference"
 PAGES: dict[str, Callable[[], str]] = {
     "cli.md": cli_page.render,
     "config.md": config_page.render,
-    "layout.md": layout_page.render,
     "logs.md": logs_page.render,
     "metrics.md": metrics_page.render,
 }

@@ -227,8 +227,12 @@ def _direct_variables() -> list[str]:
 
 
 def render() -> str:
-    with clean_environment():
-        parser = build_parser()
+    with clean_environment():  # argparse reads COLUMNS when it formats, not when built
+        return _render()
+
+
+def _render() -> str:
+    parser = build_parser()
     env = _env_names(parser)
     lines = [
         "# Command line",

@@ -40,7 +40,8 @@ def build(config: Path, site: Path) -> Build:
 
 
 def copy_sources(into: Path) -> Path:
-    """A copy of mkdocs.yml and docs/ under `into`; the copy's mkdocs.yml."""
-    shutil.copytree(ROOT / "docs", into / "docs", ignore=shutil.ignore_patterns("gen"))
+    """A copy of mkdocs.yml and docs/ under `into` (examples/ linked); its mkdocs.yml."""
+    shutil.copytree(ROOT / "docs", into / "docs", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "mkdocs.yml", into / "mkdocs.yml")
+    (into / "examples").symlink_to(ROOT / "examples")  # the pages include files of it
     return into / "mkdocs.yml"
