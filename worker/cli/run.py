@@ -43,6 +43,7 @@ from worker.cli.processes import run_processes
 from worker.config import LeaseConfig, ShutdownConfig, WorkerConfig
 from worker.errors import ConfigError, TransientBackendError, WorkerCrashed
 from worker.ops import HealthPolicy, OpsListener
+from worker.runtime.garbage import DEFAULT_FIRST_THRESHOLD, collect_less
 from worker.runtime.queues import create_missing_queues
 from worker.runtime.supervisor import Supervisor
 
@@ -167,6 +168,15 @@ OPTIONS: dict[str, tuple[Option, ...]] = {
             default="asyncio",
             choices=("asyncio", "uvloop"),
         ),
+        Option(
+            "--gc-threshold",
+            "allocations between young garbage collections, after freezing what start-up "
+            "made (0: leave Python's collector as it is; see worker.runtime.garbage) "
+            f"(default: {DEFAULT_FIRST_THRESHOLD})",
+            int,
+            "N",
+            default=str(DEFAULT_FIRST_THRESHOLD),
+        ),
         *LOG_OPTIONS,
     ),
 }
@@ -183,11 +193,15 @@ def add_parser(commands: Any) -> None:
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     """Run the worker (or `--processes` of them); raises ConfigError / FatalBackendError."""
+    if args.gc_threshold < 0:
+        raise ConfigError(f"--gc-threshold={args.gc_threshold}: must be >= 0")
     if args.processes != 1:
         return _run_processes(list(argv), args)
     app = load_app(args.app)
     app.config = _configure(app, args)
     _check_ops_options(args)
+    if args.gc_threshold:
+        collect_less(args.gc_threshold)
     try:
         anyio.run(_serve, app, args, backend_options=_loop_options(args.loop))
     except (WorkerCrashed, TransientBackendError) as error:
