@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from docs.gen.environment import clean_environment
-from docs.gen.markdown import cell, table
+from docs.gen.markdown import cell, prose, table
 from worker.cli.main import build_parser
 from worker.cli.options import ENV_PREFIX
 from worker.config import WorkerConfig
@@ -187,7 +187,7 @@ def _description(parser: argparse.ArgumentParser) -> str:
     keeps its lines, any other is one paragraph."""
     text = (parser.description or "").strip()
     if parser.formatter_class is argparse.RawDescriptionHelpFormatter:
-        return text
+        return prose(text)
     return cell(text)
 
 
