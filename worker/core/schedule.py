@@ -2,10 +2,12 @@
 
 Rules:
 - One heap per queue (a visibility batch call names one queue). An entry is
-  (due_at, sequence, key); the sequence keeps equal times in insertion order.
-- Re-scheduling or removing a key does not touch the heap: the key's current entry is kept
-  in `_current`, and heap entries that no longer match it are dropped when they surface
-  (lazy deletion), so every operation is O(log n).
+  (due_at, sequence, key, queue); the sequence keeps equal times in insertion order (and,
+  being unique, keeps the comparison from reaching the key).
+- Re-scheduling or removing a key does not touch the heap: the key's current entry (the
+  same tuple as in the heap: one object per scheduled lease) is kept in `_current`, and heap
+  entries that are no longer current are dropped when they surface (lazy deletion), so
+  every operation is O(log n).
 - Stale entries are pruned (as trio's `Deadlines` does): once they outnumber the live ones
   (and a floor), the heaps are rebuilt from `_current`, so a finished lease does not stay in
   memory until its due time, and memory is O(live leases), amortised O(1) per operation.
@@ -22,11 +24,14 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Hashable
-from typing import Generic, TypeVar
+from typing import Generic, TypeAlias, TypeVar
 
 __all__ = ["LeaseSchedule"]
 
 K = TypeVar("K", bound=Hashable)
+
+#: (due_at, sequence, key, queue)
+_Entry: TypeAlias = tuple[float, int, K, str]
 
 #: Below this many stale entries, pruning would cost more than it saves.
 _PRUNE_FLOOR = 64
@@ -34,8 +39,8 @@ _PRUNE_FLOOR = 64
 
 class LeaseSchedule(Generic[K]):
     def __init__(self) -> None:
-        self._heaps: dict[str, list[tuple[float, int, K]]] = {}
-        self._current: dict[K, tuple[str, float, int]] = {}
+        self._heaps: dict[str, list[_Entry[K]]] = {}
+        self._current: dict[K, _Entry[K]] = {}
         self._sequence = itertools.count()
         self._entries = 0  # in all heaps, live and stale
 
@@ -52,13 +57,12 @@ class LeaseSchedule(Generic[K]):
 
     def due_at(self, key: K) -> float | None:
         entry = self._current.get(key)
-        return None if entry is None else entry[1]
+        return None if entry is None else entry[0]
 
     def set(self, key: K, queue: str, due_at: float) -> None:
         """Schedule `key` (again) at `due_at`, replacing any earlier schedule."""
-        sequence = next(self._sequence)
-        self._current[key] = (queue, due_at, sequence)
-        heapq.heappush(self._heaps.setdefault(queue, []), (due_at, sequence, key))
+        entry = self._current[key] = (due_at, next(self._sequence), key, queue)
+        heapq.heappush(self._heaps.setdefault(queue, []), entry)
         self._entries += 1
         if self._entries > 2 * len(self._current) + _PRUNE_FLOOR:
             self._prune()
@@ -71,9 +75,9 @@ class LeaseSchedule(Generic[K]):
             self._prune()
 
     def _prune(self) -> None:
-        heaps: dict[str, list[tuple[float, int, K]]] = {}
-        for key, (queue, due_at, sequence) in self._current.items():
-            heaps.setdefault(queue, []).append((due_at, sequence, key))
+        heaps: dict[str, list[_Entry[K]]] = {}
+        for entry in self._current.values():
+            heaps.setdefault(entry[3], []).append(entry)
         for heap in heaps.values():
             heapq.heapify(heap)
         self._heaps = heaps
@@ -99,9 +103,9 @@ class LeaseSchedule(Generic[K]):
     def _top(self, queue: str) -> float | None:
         heap = self._heaps[queue]
         while heap:
-            due_at, sequence, key = heap[0]
-            if self._is_current(key, sequence):
-                return due_at
+            entry = heap[0]
+            if self._current.get(entry[2]) is entry:
+                return entry[0]
             heapq.heappop(heap)
             self._entries -= 1
         del self._heaps[queue]
@@ -111,13 +115,10 @@ class LeaseSchedule(Generic[K]):
         heap = self._heaps[queue]
         taken: list[K] = []
         while heap and len(taken) < limit and heap[0][0] <= until:
-            _, sequence, key = heapq.heappop(heap)
+            entry = heapq.heappop(heap)
             self._entries -= 1
-            if self._is_current(key, sequence):
+            key = entry[2]
+            if self._current.get(key) is entry:
                 del self._current[key]
                 taken.append(key)
         return taken
-
-    def _is_current(self, key: K, sequence: int) -> bool:
-        entry = self._current.get(key)
-        return entry is not None and entry[2] == sequence
