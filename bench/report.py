@@ -154,35 +154,117 @@ def _timed(label: str, work: Callable[[], T]) -> T:
     return result
 
 
-def build(sizes: Sizes, out: Path, command: str) -> str:
-    images = out.parent / "bench"
-    images.mkdir(parents=True, exist_ok=True)
-    rel = os.path.relpath(images, out.parent)
-    engine = _timed(
-        "engine throughput",
-        lambda: [
-            engine_throughput.run(sizes.throughput, loop, sizes.throughput_rounds)
-            for loop in engine_throughput.available_loops()
-        ],
-    )
-    engine_throughput.chart(engine, images / "throughput.png")
-    scale = _timed("lease scale", lambda: lease_scale.run(sizes.scale, traced=True))
-    rows = _timed(
-        "side by side",
-        lambda: side_by_side.run(
-            sizes.side_by_side, side_by_side.rounds_for(sizes.side_by_side), smoke=not sizes.full
+@dataclass(frozen=True, slots=True)
+class Figures:
+    """Everything one run measured, before it is written out."""
+
+    engine: list[engine_throughput.Result]
+    scale: lease_scale.Result
+    rows: list[side_by_side.Row]
+    long_rows: list[long_handlers.Row]
+    smq: tuple[list[smq_renewals.Client], dict[str, Any] | None]
+    profiled: list[profile.Run]
+
+
+def measure_all(sizes: Sizes, out: Path, command: str) -> Figures:
+    """Run every benchmark in turn (the profile writes its own page, beside `out`)."""
+    loops = engine_throughput.available_loops()
+    return Figures(
+        engine=_timed(
+            "engine throughput",
+            lambda: [
+                engine_throughput.run(sizes.throughput, loop, sizes.throughput_rounds)
+                for loop in loops
+            ],
+        ),
+        scale=_timed("lease scale", lambda: lease_scale.run(sizes.scale, traced=True)),
+        rows=_timed(
+            "side by side",
+            lambda: side_by_side.run(
+                sizes.side_by_side,
+                side_by_side.rounds_for(sizes.side_by_side),
+                smoke=not sizes.full,
+            ),
+        ),
+        long_rows=_timed("long handlers", lambda: long_handlers.run(sizes.long_handlers)),
+        smq=_timed(
+            "smq renewals",
+            lambda: smq_renewals.measure(sizes.smq_leases, sizes.smq_rounds, runtime=sizes.full),
+        ),
+        profiled=_timed(
+            "profile",
+            lambda: profile.write(
+                sizes.profile,
+                sizes.profile_sqs,
+                out.parent / "profile.md",
+                command,
+                full=sizes.full,
+            ),
         ),
     )
-    long_rows = _timed("long handlers", lambda: long_handlers.run(sizes.long_handlers))
-    plot_long(long_rows, images / "long_handlers.png")
-    smq = _timed(
-        "smq renewals",
-        lambda: smq_renewals.measure(sizes.smq_leases, sizes.smq_rounds, runtime=sizes.full),
-    )
-    profiled = _timed(
-        "profile",
-        lambda: profile.write(sizes.profile, sizes.profile_sqs, out.parent / "profile.md", command),
-    )
+
+
+def _engine_sections(figures: Figures, images: Path) -> list[str]:
+    engine_throughput.chart(figures.engine, images / "throughput.png")
+    return [
+        "## 1. Engine throughput",
+        "",
+        _body(engine_throughput.__doc__),
+        "",
+        *engine_throughput.table(figures.engine),
+        "",
+        f"![engine ratio]({images.name}/throughput.png)",
+        "",
+        "## 2. Lease scale",
+        "",
+        _body(lease_scale.__doc__),
+        "",
+        *lease_scale.table(figures.scale),
+        "",
+    ]
+
+
+def _sqs_sections(figures: Figures, images: Path) -> list[str]:
+    return [
+        "## 3. Side by side over the SQS protocol",
+        "",
+        *side_by_side.section(figures.rows, images),
+        "",
+        "## 4. Scale-out",
+        "",
+        *scale_out.section(figures.rows, images),
+        "",
+    ]
+
+
+def _other_sections(figures: Figures, images: Path) -> list[str]:
+    plot_long(figures.long_rows, images / "long_handlers.png")
+    scale = figures.scale
+    return [
+        "## 5. Cost of long handlers",
+        "",
+        _body(long_handlers.__doc__),
+        "",
+        "Requests per message (of which extension calls):",
+        "",
+        *table_long(figures.long_rows),
+        "",
+        f"![long handlers]({images.name}/long_handlers.png)",
+        "",
+        "## 6. SMQ: renewal cost",
+        "",
+        *smq_renewals.section(*figures.smq, scale.cpu_s_per_round, scale.floor),
+        "",
+        "## 7. Profile",
+        "",
+        *profile.summary(figures.profiled, "profile.md"),
+        "",
+    ]
+
+
+def page(figures: Figures, command: str, images: Path) -> str:
+    """docs/benchmarks.md; the charts go to `images`, a folder beside it."""
+    images.mkdir(parents=True, exist_ok=True)
     lines = [
         "# Benchmarks",
         "",
@@ -195,50 +277,18 @@ def build(sizes: Sizes, out: Path, command: str) -> str:
         "",
         "## Issue 20's goals at a glance",
         "",
-        *goals_table(engine, scale, rows),
+        *goals_table(figures.engine, figures.scale, figures.rows),
         "",
-        "## 1. Engine throughput",
-        "",
-        _body(engine_throughput.__doc__),
-        "",
-        *engine_throughput.table(engine),
-        "",
-        f"![engine ratio]({rel}/throughput.png)",
-        "",
-        "## 2. Lease scale",
-        "",
-        _body(lease_scale.__doc__),
-        "",
-        *lease_scale.table(scale),
-        "",
-        "## 3. Side by side over the SQS protocol",
-        "",
-        *side_by_side.section(rows, images),
-        "",
-        "## 4. Scale-out",
-        "",
-        *scale_out.section(rows, images),
-        "",
-        "## 5. Cost of long handlers",
-        "",
-        _body(long_handlers.__doc__),
-        "",
-        "Requests per message (of which extension calls):",
-        "",
-        *table_long(long_rows),
-        "",
-        f"![long handlers]({rel}/long_handlers.png)",
-        "",
-        "## 6. SMQ: renewal cost",
-        "",
-        *smq_renewals.section(*smq, scale.cpu_s_per_round, scale.floor),
-        "",
-        "## 7. Profile",
-        "",
-        *profile.summary(profiled, "profile.md"),
-        "",
+        *_engine_sections(figures, images),
+        *_sqs_sections(figures, images),
+        *_other_sections(figures, images),
     ]
     return "\n".join(lines)
+
+
+def build(sizes: Sizes, out: Path, command: str) -> str:
+    (out.parent / "bench").mkdir(parents=True, exist_ok=True)
+    return page(measure_all(sizes, out, command), command, out.parent / "bench")
 
 
 def _body(docstring: str | None) -> str:
