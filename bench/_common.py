@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -23,12 +22,6 @@ T = TypeVar("T")
 class Timing:
     wall_s: float
     cpu_s: float
-
-
-def measure(func: Callable[[], T]) -> tuple[T, Timing]:
-    wall, cpu = time.perf_counter(), time.process_time()
-    result = func()
-    return result, Timing(time.perf_counter() - wall, time.process_time() - cpu)
 
 
 #: The event loops a benchmark can run on (uvloop: the [fast] extra).
