@@ -180,7 +180,7 @@ async def test_lean_calls_take_refreshed_credentials_from_the_provider_chain(
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
         monkeypatch.delenv(name, raising=False)
-    recorder = Recorder(secret="t")
+    recorder = Recorder(secret="s")
     async with recording_server(recorder) as url:
         settings = SqsSettings(
             region="us-east-1", endpoint_url=url, profile="lean-refresh", client="lean"
