@@ -125,7 +125,9 @@ class LeaseKeeper:
         self._notify(lease)
 
     def record_duration(self, duration_s: float) -> None:
-        self._durations.add(duration_s)
+        """A successful handler's run time, for the adaptive extension (kept only then)."""
+        if self._config.adaptive:
+            self._durations.add(duration_s)
 
     def extension_s(self) -> int:
         """The visibility each renewal asks for now."""

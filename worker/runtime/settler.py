@@ -321,9 +321,15 @@ class Settler:
 
     def _enqueue(self, lease: Lease, action: Action, visibility: int) -> None:
         key = (lease.queue, action)
-        self._pending.setdefault(key, []).append((lease, visibility))
-        self._first_at.setdefault(key, self._clock.now())
-        self._wake.set()
+        pending = self._pending.get(key)
+        if pending is None:
+            self._pending[key] = [(lease, visibility)]
+            self._first_at[key] = self._clock.now()
+            self._wake.set()  # a new linger deadline to wait for
+            return
+        pending.append((lease, visibility))
+        if len(pending) >= self._batch_size(action):
+            self._wake.set()  # a full batch goes at once
 
     def _retry_later(self, lease: Lease, action: Action, visibility: int) -> None:
         self._enqueue(lease, action, visibility)
