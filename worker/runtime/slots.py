@@ -18,6 +18,7 @@ class Slots:
         self.capacity = capacity
         self.used = 0
         self._freed = anyio.Event()
+        self._waiting = 0  # receives waiting for a slot: only they need the event set
 
     @property
     def free(self) -> int:
@@ -28,12 +29,16 @@ class Slots:
         while self.free == 0:
             if self._freed.is_set():  # one event for all waiters: every receiver wakes
                 self._freed = anyio.Event()
-            await self._freed.wait()
+            self._waiting += 1
+            try:
+                await self._freed.wait()
+            finally:
+                self._waiting -= 1
         count = min(most, self.free)
         self.used += count
         return count
 
     def give_back(self, count: int = 1) -> None:
         self.used -= count
-        if count > 0:
+        if count > 0 and self._waiting:
             self._freed.set()
