@@ -33,7 +33,13 @@ from worker.cli.loader import load_app
 from worker.cli.main import build_parser
 from worker.cli.options import ENV_PREFIX
 
-__all__ = ["PROGRAMS", "Shell", "forget_modules_under", "logical_lines"]
+__all__ = [
+    "PROGRAMS",
+    "Shell",
+    "environment_problems",
+    "forget_modules_under",
+    "logical_lines",
+]
 
 #: Programs whose lines are accepted as written, and why they are not checked further.
 PROGRAMS: Mapping[str, str] = {
@@ -143,7 +149,7 @@ class Shell:
                 parsed = build_parser().parse_args(args)
             except SystemExit as exit:
                 return [] if exit.code == 0 else [errors.getvalue().strip()]
-        problems = _environment_problems(args, env, inline=self._inline)
+        problems = environment_problems(args, env, inline=self._inline)
         if parsed.command == "run":
             problems += self._load(parsed.app)
         return problems
@@ -208,7 +214,7 @@ class Shell:
         return problems
 
 
-def _environment_problems(
+def environment_problems(
     args: list[str], env: Mapping[str, str], *, inline: Mapping[str, str]
 ) -> list[str]:
     """A `LEASE_WORKER_*` setting of the line itself that no option of the command reads,

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.docs.blocks import Block, blocks
+from tests.docs.data_blocks import resource_problems
 from tests.docs.python_blocks import PythonPage
 from tests.docs.shell import Shell, logical_lines
 
@@ -110,6 +111,24 @@ def test_an_include_must_be_a_file_of_examples(tmp_path: Path) -> None:
     page = PythonPage(tmp_path)
     assert page.run(good) is None and page.included == 1
     assert "must be files of examples/" in (page.run(bad) or "")
+
+
+def test_a_config_maps_settings_are_checked_against_run() -> None:
+    config_map = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "lease-worker"},
+        "data": {
+            "LEASE_WORKER_BACKEND": "sqs",
+            "LEASE_WORKER_GRACE_S": "30",
+            "LEASE_WORKER_MAX_INFLIGHT": "10",
+            "LEASE_WORKER_LOG_FORMAT": "yaml",
+        },
+    }
+    assert resource_problems(config_map) == [
+        "LEASE_WORKER_MAX_INFLIGHT: no option of this command reads it",
+        "LEASE_WORKER_LOG_FORMAT=yaml: choose from auto, console, json",
+    ]
 
 
 def test_a_skip_comment_and_a_missing_language_are_their_own_kinds(tmp_path: Path) -> None:

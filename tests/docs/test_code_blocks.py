@@ -15,16 +15,13 @@ prints the count of blocks by kind.
 
 from __future__ import annotations
 
-import json
-import tomllib
 from collections import Counter
 from pathlib import Path
 
 import pytest
-import yaml
 
-from tests.deploy.validation import schema_errors
 from tests.docs.blocks import ROOT, Block, blocks, pages
+from tests.docs.data_blocks import data_problems
 from tests.docs.python_blocks import PythonPage
 from tests.docs.shell import Shell, forget_modules_under
 
@@ -54,24 +51,6 @@ def test_every_block_is_handled() -> None:
     assert sum(counts.values()) == len(every) > 0
 
 
-def _data_problems(block: Block) -> list[str]:
-    try:
-        if block.kind == "json":
-            json.loads(block.text)
-        elif block.kind == "toml":
-            tomllib.loads(block.text)
-        elif block.kind == "yaml":
-            return [
-                f"{document['kind']}: {error}"
-                for document in yaml.safe_load_all(block.text)
-                if isinstance(document, dict) and {"apiVersion", "kind"} <= set(document)
-                for error in schema_errors(document)
-            ]
-    except (ValueError, yaml.YAMLError) as error:
-        return [f"does not parse: {error}"]
-    return []
-
-
 def _page_id(page: Path) -> str:
     return page.relative_to(ROOT).as_posix()
 
@@ -95,7 +74,7 @@ def test_the_pages_code_blocks_run(
                 shell.saved = python.saved
                 problems += [f"{block.where}: {p}" for p in shell.check(block.text)]
             elif block.kind in ("json", "toml", "yaml"):
-                problems += [f"{block.where}: {p}" for p in _data_problems(block)]
+                problems += [f"{block.where}: {p}" for p in data_problems(block)]
         else:
             problems += [f"{_page_id(page)}: {p}" for p in python.run_tests()]
     finally:
