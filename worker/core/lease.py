@@ -2,8 +2,10 @@
 
 A lease is created the moment a message is received (not when its handler starts), so time
 spent waiting for a handler slot counts against it and is covered by renewals. Its deadline
-is tracked on the worker's monotonic clock, counted from just *before* the receive call was
-sent, so it is never later than the service's own deadline.
+is tracked on the worker's monotonic clock, counted from a safe estimate of when the
+service handed the message out: the answer's arrival less the longest a call may take
+(`renew_timeout_s`), never earlier than the request's sending (`Receiver._handed_out`), so
+it is never later than the service's own deadline.
 
 States::
 
