@@ -38,7 +38,7 @@ def test_bench_report_runs_at_smoke_size(tmp_path: Path) -> None:
     ):
         assert heading in text
     assert "| asyncio |" in text  # the engine's row on asyncio's loop
-    assert "| lease-worker, lean path |" in text
+    assert "| lease-worker, lean path, uvloop |" in text
     for image in ("throughput.png", "side_by_side.png", "scale_out.png", "long_handlers.png"):
         assert (docs / "bench" / image).stat().st_size > 1000, image
     profile = (docs / "profile.md").read_text()

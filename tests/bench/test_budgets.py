@@ -17,48 +17,45 @@ import pytest_asyncio
 
 from backends.serve.sqs.endpoint import SqsEndpoint, sqs_endpoint_in_thread
 from backends.sqs import SqsBackend, SqsSettings
-from bench import budgets, footprint, lease_scale
+from bench import budgets, footprint
 
 
 @pytest.fixture(scope="module")
-def drained() -> footprint.Drain:
-    return footprint.drain(budgets.DRAIN_MESSAGES)
+def figures() -> footprint.Figures:
+    # In a fresh process: tracemalloc would count other tests' threads here.
+    return footprint.measure_in_a_fresh_process()
 
 
 def test_draining_costs_one_receive_and_one_delete_per_ten_messages(
-    drained: footprint.Drain,
+    figures: footprint.Figures,
 ) -> None:
     tens = budgets.DRAIN_MESSAGES // 10
-    assert drained.calls == {
+    assert figures.calls == {
         "receive": tens * budgets.RECEIVES_PER_10_MESSAGES + budgets.IDLE_RECEIVES,
         "delete": tens * budgets.DELETES_PER_10_MESSAGES,
     }
+    assert figures.twice_deletes == 2 * tens * budgets.DELETES_PER_10_MESSAGES
 
 
-def test_a_drain_allocates_within_its_budget(drained: footprint.Drain) -> None:
-    assert 0 < drained.peak_bytes <= budgets.DRAIN_PEAK_BYTES
+def test_a_drain_allocates_within_its_budget(figures: footprint.Figures) -> None:
+    assert 0 < figures.peak_bytes <= budgets.DRAIN_PEAK_BYTES
 
 
-def test_what_a_drain_retains_does_not_grow_with_the_messages(drained: footprint.Drain) -> None:
-    twice = footprint.drain(2 * budgets.DRAIN_MESSAGES)
-    assert twice.calls["delete"] == 2 * drained.calls["delete"]
-    growth = (twice.retained_bytes - drained.retained_bytes) / budgets.DRAIN_MESSAGES
-    assert growth <= budgets.RETAINED_BYTES_PER_MESSAGE
+def test_what_a_drain_retains_does_not_grow_with_the_messages(figures: footprint.Figures) -> None:
+    growth = figures.twice_retained_bytes - figures.retained_bytes
+    assert growth / budgets.DRAIN_MESSAGES <= budgets.RETAINED_BYTES_PER_MESSAGE
 
 
-def test_an_in_flight_lease_costs_at_most_its_budget() -> None:
-    per_lease = footprint.bytes_per_lease(budgets.HELD_MESSAGES)
+def test_an_in_flight_lease_costs_at_most_its_budget(figures: footprint.Figures) -> None:
     # A lower bound too: a figure near 0 would mean the measurement missed the held messages.
-    assert 1024 < per_lease <= budgets.BYTES_PER_LEASE
+    assert 1024 < figures.bytes_per_lease <= budgets.BYTES_PER_LEASE
 
 
-def test_every_renewal_round_is_ceil_n_over_10_calls() -> None:
-    with footprint.production_logging():  # not a DEBUG line per renewal call
-        result = lease_scale.run(budgets.RENEWAL_LEASES)
+def test_every_renewal_round_is_ceil_n_over_10_calls(figures: footprint.Figures) -> None:
     floor = math.ceil(budgets.RENEWAL_LEASES / 10)
-    assert result.calls_per_round == [floor] * budgets.RENEWAL_ROUNDS
-    assert result.lapsed == 0
-    assert result.handled == budgets.RENEWAL_LEASES
+    assert figures.calls_per_round == [floor] * budgets.RENEWAL_ROUNDS
+    assert figures.lapsed == 0
+    assert figures.handled == budgets.RENEWAL_LEASES
 
 
 # -- over the SQS protocol ------------------------------------------------------------------
