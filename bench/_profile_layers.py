@@ -27,10 +27,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("runtime", (f"{ROOT}/worker/",)),
     ("engine", (f"{ROOT}/backends/memory/", f"{ROOT}/backends/serve/")),
     ("sqs backend", (f"{ROOT}/backends/sqs/",)),
-    (
-        "botocore",
-        ("/botocore/", "/aiobotocore/", "/aiohttp/", "/yarl/", "/multidict/", "/urllib3/"),
-    ),
+    ("botocore", ("/botocore/", "/aiobotocore/")),
+    ("http", ("/aiohttp/", "/yarl/", "/multidict/", "/urllib3/", f"{_STDLIB}/http/")),
     ("prometheus", ("/prometheus_client/",)),
     (
         "asyncio",

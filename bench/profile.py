@@ -155,7 +155,10 @@ def flame_sqs(messages: int, contender: Contender, svg: Path) -> str | None:
 # -- the page ------------------------------------------------------------------------------
 
 #: The layers in the order the page lists them.
-ORDER = ("runtime", "engine", "sqs backend", "botocore", "prometheus", "asyncio", "logging")
+ORDER = (
+    *("runtime", "engine", "sqs backend", "botocore", "http", "prometheus", "asyncio"),
+    "logging",
+)
 
 
 def shares_table(runs: list[Run]) -> list[str]:
@@ -205,11 +208,13 @@ def page(runs: list[Run], command: str, images: str) -> str:
         "",
         "## Share of own time by layer",
         "",
-        "Own time (cProfile, CPU clock), C functions counted in the layer that called them. "
+        "Own time (cProfile, CPU clock); C functions and standard-library modules of no layer "
+        "(email, re, json) are counted in the layer that called them. "
         "runtime: worker/ (receiver, dispatcher, leases, settler, metrics); engine: "
         "backends/memory; sqs backend: backends/sqs (the lean path's own code included); "
-        "botocore: aiobotocore, botocore, aiohttp, yarl, multidict; asyncio: asyncio, anyio, "
-        "uvloop; logging: structlog and logging.",
+        "botocore: aiobotocore and botocore (serialising, signing, parsing, event hooks); http: "
+        "aiohttp, yarl, multidict (the transport both SQS paths share); asyncio: asyncio, "
+        "anyio, uvloop; logging: structlog and logging.",
         "",
         *shares_table(runs),
         "",
