@@ -14,11 +14,18 @@ from types import MappingProxyType
 from backends.memory import MemoryBackend
 from backends.smq import SmqBackend, SmqSettings
 from backends.sqs import SqsBackend, SqsSettings
-from backends.sqs.settings import SQS_CLIENTS
+from backends.sqs.settings import DEFAULT_SQS_CLIENT, SQS_CLIENTS
 from worker.backend import Backend
 from worker.errors import ConfigError
 
-__all__ = ("BACKENDS", "SQS_CLIENTS", "BackendKind", "ConnectOptions", "connect")
+__all__ = (
+    "BACKENDS",
+    "DEFAULT_SQS_CLIENT",
+    "SQS_CLIENTS",
+    "BackendKind",
+    "ConnectOptions",
+    "connect",
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,7 +68,7 @@ async def _connect_memory(options: ConnectOptions) -> Backend:
 
 
 async def _connect_sqs(options: ConnectOptions) -> Backend:
-    client = options.sqs_client or SQS_CLIENTS[0]
+    client = options.sqs_client or DEFAULT_SQS_CLIENT
     if client not in SQS_CLIENTS:
         raise ConfigError(f"--sqs-client {client!r}: choose from {', '.join(SQS_CLIENTS)}")
     settings = SqsSettings(

@@ -32,7 +32,12 @@ from backends.sqs import wire
 from backends.sqs.dead_letters import DeadLetterCalls
 from backends.sqs.errors import check_entry_ids, check_receive, check_visibility, map_error
 from backends.sqs.lean import LEAN_OPERATIONS, LeanTransport
-from backends.sqs.settings import DEFAULT_SYSTEM_ATTRIBUTES, SqsClientKind, SqsSettings
+from backends.sqs.settings import (
+    DEFAULT_SQS_CLIENT,
+    DEFAULT_SYSTEM_ATTRIBUTES,
+    SqsClientKind,
+    SqsSettings,
+)
 from worker.backend import Limits
 from worker.errors import ConfigError, QueueNotFound
 from worker.rules import SQS_LIMITS, is_url, queue_name
@@ -148,7 +153,7 @@ class SqsBackend(DeadLetterCalls):
         profile: str | None = None,
         max_attempts: int = 5,
         read_timeout_s: float = 30.0,
-        client: SqsClientKind = "botocore",
+        client: SqsClientKind = DEFAULT_SQS_CLIENT,
     ) -> AsyncIterator[SqsBackend]:
         """`connect` with the usual settings as keywords; closes the client on exit."""
         settings = SqsSettings(

@@ -20,11 +20,19 @@ from aiobotocore.config import AioConfig
 from worker.errors import ConfigError
 from worker.rules import is_url
 
-__all__ = ["DEFAULT_SYSTEM_ATTRIBUTES", "SQS_CLIENTS", "SqsClientKind", "SqsSettings"]
+__all__ = [
+    "DEFAULT_SQS_CLIENT",
+    "DEFAULT_SYSTEM_ATTRIBUTES",
+    "SQS_CLIENTS",
+    "SqsClientKind",
+    "SqsSettings",
+]
 
 SqsClientKind = Literal["botocore", "lean"]
-#: The values of `SqsSettings.client`, the first the default.
+#: The values of `SqsSettings.client`.
 SQS_CLIENTS: tuple[str, ...] = get_args(SqsClientKind)
+#: `SqsSettings.client` when none is given (the CLI's and the factory's default too).
+DEFAULT_SQS_CLIENT: SqsClientKind = "botocore"
 
 _LONGEST_POLL_S = 20
 DEFAULT_SYSTEM_ATTRIBUTES = (
@@ -69,7 +77,7 @@ class SqsSettings:
     #: SendMessageBatch travel: "botocore" (plain aiobotocore) or "lean" (the same calls
     #: without botocore's generic serialise / event / parse steps; credentials, signing,
     #: endpoint and standard-mode retries still botocore's).
-    client: SqsClientKind = "botocore"
+    client: SqsClientKind = DEFAULT_SQS_CLIENT
 
     def __post_init__(self) -> None:
         if self.client not in SQS_CLIENTS:

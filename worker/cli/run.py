@@ -34,7 +34,7 @@ import anyio
 import structlog
 
 from backends import BACKENDS, ConnectOptions, connect
-from backends.factory import SQS_CLIENTS
+from backends.factory import DEFAULT_SQS_CLIENT, SQS_CLIENTS
 from worker.app import Worker
 from worker.backend import Backend
 from worker.cli.loader import load_app
@@ -81,7 +81,7 @@ OPTIONS: dict[str, tuple[Option, ...]] = {
             "--sqs-client",
             "how the SQS backend makes its hot calls (receive, delete, extend, send): "
             "botocore (plain aiobotocore) or lean (the same calls written and read directly, "
-            "signed and retried by botocore) (default: botocore)",
+            f"signed and retried by botocore) (default: {DEFAULT_SQS_CLIENT})",
             choices=SQS_CLIENTS,
         ),
     ),
