@@ -122,7 +122,7 @@ def table(results: list[Result]) -> list[str]:
         "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for r in results:
-        each = ", ".join(f"{w:,.0f} / {c:,.0f}" for w, c in r.rounds)
+        each = "; ".join(f"{w:,.0f} / {c:,.0f}" for w, c in r.rounds)
         lines.append(
             f"| {r.loop} | {r.worker_rate:,.0f} | {r.ceiling_rate:,.0f} | **{r.ratio:.3f}** | "
             f"≥ {GOAL} | {1e6 * r.worker.cpu_s / r.messages:.1f} | {each} |"
