@@ -133,10 +133,5 @@ def _same(said: str, default: object) -> bool:
         return said == str(default)
 
 
-@pytest.mark.xfail(
-    reason="dlq and peek reuse run's --backend option with default sqs, and its help still "
-    "says '(default: memory)' (worker/cli/dlq.py)",
-    strict=True,
-)
 def test_every_default_an_options_help_states_is_the_parsers_default() -> None:
     assert _said_and_real_defaults() == []

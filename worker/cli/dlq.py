@@ -30,7 +30,7 @@ from backends import BACKENDS
 from worker.backend import Backend
 from worker.cli.options import Option, add_options
 from worker.cli.run import OPTIONS as RUN_OPTIONS
-from worker.cli.run import open_backend
+from worker.cli.run import backend_option, open_backend
 from worker.errors import ConfigError
 from worker.ops import dead_letters
 from worker.types import MoveTask, ReceivedMessage
@@ -41,8 +41,8 @@ Action = Callable[[Backend, argparse.Namespace], Coroutine[Any, Any, Any]]
 
 
 def _queue_service_options() -> tuple[Option, ...]:
-    backend, *rest = RUN_OPTIONS["queue service"]
-    return (dataclasses.replace(backend, default="sqs"), *rest)
+    _, *rest = RUN_OPTIONS["queue service"]
+    return (backend_option("sqs"), *rest)
 
 
 OPTIONS = _queue_service_options()

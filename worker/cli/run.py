@@ -56,15 +56,18 @@ _DESCRIPTION = (
     "Lease and flow options default to the app's WorkerConfig."
 )
 
+
+def backend_option(default: str) -> Option:
+    """`--backend`, defaulting to `default` (run: the embedded engine; dlq, peek: sqs)."""
+    kinds = "; ".join(f"{kind.name}: {kind.description}" for kind in BACKENDS.values())
+    return Option(
+        "--backend", f"{kinds} (default: {default})", default=default, choices=tuple(BACKENDS)
+    )
+
+
 OPTIONS: dict[str, tuple[Option, ...]] = {
     "queue service": (
-        Option(
-            "--backend",
-            "; ".join(f"{kind.name}: {kind.description}" for kind in BACKENDS.values())
-            + " (default: memory)",
-            default="memory",
-            choices=tuple(BACKENDS),
-        ),
+        backend_option("memory"),
         Option("--region", "AWS region (default: the AWS chain, e.g. AWS_REGION)"),
         Option(
             "--endpoint-url",
