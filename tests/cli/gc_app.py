@@ -1,6 +1,6 @@
-"""A worker for tests/cli/test_gc_cli.py: its one background task records the garbage
-collector's thresholds as the running worker sees them, then ends the worker (a crash of a
-background task stops it with status 1)."""
+"""A worker for tests/cli/test_gc_cli.py: its one background task prints the garbage
+collector's thresholds as the running worker sees them (`gc-threshold A B C`), then ends
+the worker (a crash of a background task stops it with status 1)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,10 @@ import gc
 from worker import Message, Worker, WorkerContext
 
 app = Worker()
-#: The thresholds seen from inside the running worker.
-seen: list[tuple[int, int, int]] = []
 
 
 class Seen(Exception):
-    """Ends the worker once the thresholds are recorded."""
+    """Ends the worker once the thresholds are printed."""
 
 
 @app.handler("gc-idle")
@@ -24,5 +22,5 @@ async def handle(message: Message) -> None:
 
 @app.background
 async def record(context: WorkerContext) -> None:
-    seen.append(gc.get_threshold())
+    print("gc-threshold", *gc.get_threshold(), flush=True)
     raise Seen

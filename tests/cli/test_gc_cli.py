@@ -1,22 +1,27 @@
-"""`lease-worker run --gc-threshold`: the collector a running worker gets, and its checks."""
+"""`lease-worker run --gc-threshold`: the collector a running worker process gets, and its
+checks. Real processes: `run` configures logging for the whole process."""
 
 from __future__ import annotations
 
 import gc
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from tests.cli import gc_app
 from worker.cli.main import main
 from worker.runtime.garbage import DEFAULT_FIRST_THRESHOLD, collect_less
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
 def collector() -> Iterator[None]:
-    """Puts CPython's collector back as it was (thresholds, nothing frozen)."""
+    """Puts this process's collector back as it was (thresholds, nothing frozen)."""
     before = gc.get_threshold()
-    gc_app.seen.clear()
     try:
         yield
     finally:
@@ -34,33 +39,33 @@ def test_collect_less_freezes_and_raises_the_first_threshold(collector: None) ->
         collect_less(0)
 
 
-@pytest.mark.parametrize(
-    ("argv", "first"),
-    [
-        ([], DEFAULT_FIRST_THRESHOLD),
-        (["--gc-threshold", "20000"], 20_000),
-        (["--gc-threshold", "0"], None),
-    ],
-)
-def test_a_running_worker_gets_the_threshold(
-    collector: None, argv: list[str], first: int | None, capsys: pytest.CaptureFixture[str]
-) -> None:
-    python_default = gc.get_threshold()
-    status = main(["run", "tests.cli.gc_app:app", "--log-level", "error", *argv])
-    assert status == 1  # the background task ended the worker once it had looked
-    expected = python_default if first is None else (first, *python_default[1:])
-    assert gc_app.seen == [expected]
+def _thresholds_seen(*argv: str, env: dict[str, str] | None = None) -> list[int]:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("LEASE_WORKER_")}
+    environment.update(env or {})
+    done = subprocess.run(
+        [sys.executable, "-m", "worker", "run", "tests.cli.gc_app:app", *argv],
+        cwd=ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr[-2000:]  # the background task ended it
+    [line] = [line for line in done.stdout.splitlines() if line.startswith("gc-threshold")]
+    return [int(value) for value in line.split()[1:]]
+
+
+@pytest.mark.process
+def test_a_running_worker_gets_the_threshold() -> None:
+    python_default = list(gc.get_threshold())  # this process's are CPython's (the fixture)
+    assert _thresholds_seen() == [DEFAULT_FIRST_THRESHOLD, *python_default[1:]]
+    assert _thresholds_seen("--gc-threshold", "20000") == [20_000, *python_default[1:]]
+    assert _thresholds_seen("--gc-threshold", "0") == python_default
+    seen = _thresholds_seen(env={"LEASE_WORKER_GC_THRESHOLD": "30000"})
+    assert seen == [30_000, *python_default[1:]]
 
 
 def test_a_negative_threshold_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", "tests.cli.gc_app:app", "--gc-threshold", "-1"]) == 2
     assert capsys.readouterr().err == "lease-worker: error: --gc-threshold=-1: must be >= 0\n"
-
-
-def test_the_environment_sets_it(
-    collector: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    monkeypatch.setenv("LEASE_WORKER_GC_THRESHOLD", "30000")
-    python_default = gc.get_threshold()
-    assert main(["run", "tests.cli.gc_app:app", "--log-level", "error"]) == 1
-    assert gc_app.seen == [(30_000, *python_default[1:])]
