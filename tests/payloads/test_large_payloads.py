@@ -14,7 +14,7 @@ from structlog.testing import capture_logs
 
 from backends.memory import MemoryBackend
 from tests.moto_server import MOTO_ACCESS_KEY, MOTO_REGION, MOTO_SECRET_KEY, MotoServer
-from worker import Outcome, Worker, WorkerConfig
+from worker import Message, Outcome, Worker, WorkerConfig
 from worker.errors import MessageRejected
 from worker.large_payloads import POINTER_CLASS, S3Payloads
 from worker.outgoing import Outgoing
@@ -91,6 +91,31 @@ async def test_a_1_mib_payload_goes_through_s3_and_its_object_is_gone_after_the_
     assert attributes["ExtendedPayloadSize"] == MessageAttribute("Number", string_value=str(MIB))
     assert attributes["kind"] == MessageAttribute("String", string_value="doc")
     assert await _keys(s3, bucket) == []
+
+
+async def test_a_handler_sees_the_pointer_as_raw_body_and_the_payload_as_body(s3: Any) -> None:
+    """`message.raw_body` is what travelled on the queue (the pointer), as before the
+    handler run became one coroutine (a review found it had become the fetched body, which
+    an idempotency guard hashes)."""
+    bucket = await _bucket(s3)
+    store = S3Payloads(s3, bucket)
+    backend = await _backend(store)
+    body = "y" * MIB
+    await Producer(backend, large_payloads=store).send("docs", body)
+    [key] = await _keys(s3, bucket)
+    app = Worker(WorkerConfig(wait_s=1), large_payloads=store)
+    seen: list[tuple[str, Any]] = []
+
+    @app.handler("docs", decode="raw")
+    async def handle(message: Message) -> None:
+        seen.append((message.raw_body, message.body))
+
+    async with run_worker(app, backend=backend) as harness:
+        await harness.wait_for_handled(1)
+        await harness.wait_until_idle()
+    [(raw_body, decoded)] = seen
+    assert json.loads(raw_body) == [POINTER_CLASS, {"s3BucketName": bucket, "s3Key": key}]
+    assert decoded == body
 
 
 async def test_a_missing_object_is_a_decode_failure_and_small_bodies_stay_inline(

@@ -163,7 +163,8 @@ class Executor:
                     fetched = received
                     if spec.large_payloads is not None:
                         fetched = await fetch(spec, received)
-                    await self.chain_for(spec)(Message(fetched, decode(spec, fetched), lease))
+                    # raw_body stays what travelled on the queue (an S3 pointer, say).
+                    await self.chain_for(spec)(Message(received, decode(spec, fetched), lease))
                     outcome = Outcome.SUCCEEDED
                 except asyncio.CancelledError as error:
                     if not scope.close():
