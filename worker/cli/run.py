@@ -203,8 +203,6 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     app = load_app(args.app)
     app.config = _configure(app, args)
     _check_ops_options(args)
-    if args.gc_threshold:
-        collect_less(args.gc_threshold)
     try:
         anyio.run(_serve, app, args, backend_options=_loop_options(args.loop))
     except (WorkerCrashed, TransientBackendError) as error:
@@ -262,7 +260,7 @@ async def open_backend(args: argparse.Namespace) -> Backend:
         region=args.region,
         endpoint_url=args.endpoint_url,
         queue_urls=_queue_urls(args.queue_url),
-        sqs_client=getattr(args, "sqs_client", None),  # `run` only, not dlq or peek
+        sqs_client=getattr(args, "sqs_client", None),  # dlq and peek share run's options
     )
     return await connect(args.backend, options)
 
@@ -279,6 +277,9 @@ async def _serve(app: Worker, args: argparse.Namespace) -> None:
     except BaseException:
         await backend.aclose()
         raise
+    if args.gc_threshold:
+        # Here, once nothing can refuse to start: a usage error changes no process state.
+        collect_less(args.gc_threshold)
     signals = _StopSignals(supervisor)
     try:
         async with _ops_listener(supervisor, args):
