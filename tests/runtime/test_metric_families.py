@@ -3,6 +3,8 @@ the same updates (less the `_created` samples), and keeps a counter's rules."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -44,6 +46,26 @@ def test_the_same_samples_as_prometheus_client() -> None:
     assert _exposition(ours) == _exposition(theirs)
     assert ours.get_sample_value("seconds_bucket", {"queue": "a", "le": "0.5"}) == 5.0
     assert ours.get_sample_value("seconds_count", {"queue": "a"}) == len(VALUES)
+
+
+def test_label_values_are_text_and_nan_is_in_no_bucket() -> None:
+    """As prometheus-client: an int label value is its str() (one series with the same
+    text), and a NaN observation goes to the sum but into no bucket."""
+    theirs, ours = CollectorRegistry(), CollectorRegistry()
+    counter = Counter("errors", "Errors.", ["queue", "code"], registry=theirs)
+    histogram = Histogram("seconds", "Seconds.", ["queue"], buckets=BUCKETS, registry=theirs)
+    our_counter = CounterFamily("errors", "Errors.", ["queue", "code"])
+    our_histogram = HistogramFamily("seconds", "Seconds.", ["queue"], BUCKETS)
+    ours.register(our_counter)
+    ours.register(our_histogram)
+    for code in (503, "503", 503):
+        counter.labels("a", code).inc()
+        our_counter.labels("a", code).inc()  # type: ignore[arg-type]
+    for value in (0.3, math.nan):
+        histogram.labels("a").observe(value)
+        our_histogram.labels("a").observe(value)
+    assert _exposition(ours) == _exposition(theirs)
+    assert ours.get_sample_value("errors_total", {"queue": "a", "code": "503"}) == 3.0
 
 
 def test_a_counter_only_goes_up() -> None:

@@ -72,9 +72,11 @@ class HistogramChild:
         self.sum = 0.0
 
     def observe(self, value: float) -> None:
+        self.sum += value
+        if value != value:  # NaN: in no bucket, as prometheus-client does
+            return
         # The first upper bound >= value: Prometheus' `le` buckets.
         self.counts[bisect_left(self._bounds, value)] += 1
-        self.sum += value
 
 
 C = TypeVar("C", CounterChild, GaugeChild, HistogramChild)
@@ -85,14 +87,23 @@ class _Family(Collector, Generic[C]):
         self.name = name
         self.documentation = documentation
         self.labelnames = tuple(labelnames)
+        #: One child per series (label values as text), for the scrape.
         self._children: dict[tuple[str, ...], C] = {}
+        #: The same children by the values as given (the hot path's lookup).
+        self._lookup: dict[tuple[object, ...], C] = {}
 
     def labels(self, *values: str) -> C:
-        child = self._children.get(values)
+        child = self._lookup.get(values)
         if child is None:
             if len(values) != len(self.labelnames):
                 raise ValueError(f"{self.name}: labels {self.labelnames}, given {values!r}")
-            child = self._children[values] = self._new_child()
+            # As prometheus-client does: a label value is its str() (an int error code,
+            # say), and 503 and "503" are one series.
+            key = tuple(str(value) for value in values)
+            child = self._children.get(key)
+            if child is None:
+                child = self._children[key] = self._new_child()
+            self._lookup[values] = child
         return child
 
     def _new_child(self) -> C:
