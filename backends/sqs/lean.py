@@ -17,8 +17,9 @@ good at. Rules this module keeps:
   botocore's JSON parser, or botocore's transport exceptions, converted from aiohttp's as
   aiobotocore converts them), so `backends.sqs.errors.map_error` maps both paths alike.
 - One aiohttp session per transport: at most `max_pool_connections` connections, the
-  settings' connect and read timeouts, proxies as botocore finds them, TLS verified against
-  botocore's CA bundle (or the configured `ca_bundle`). Closed by `aclose`.
+  settings' connect and read timeouts, proxies as botocore finds them (its config's, else
+  the environment's), TLS verified against botocore's CA bundle (or the configured
+  `ca_bundle`). Closed by `aclose`.
 - Nothing is logged; bodies and credentials never reach an exception's message.
 """
 
@@ -50,6 +51,7 @@ from botocore.exceptions import (
 from botocore.exceptions import ConnectionError as BotoConnectionError
 from botocore.httpsession import ProxyConfiguration, get_cert_path, mask_proxy_url
 from botocore.parsers import ResponseParserError
+from botocore.utils import get_environ_proxies
 
 from backends.sqs import lean_wire
 from backends.sqs.lean_retry import StandardRetry
@@ -153,7 +155,10 @@ class LeanTransport:
         """A transport for `client` (an entered aiobotocore SQS client); `aclose()` it."""
         url = _request_url(client.meta.endpoint_url)
         config = client.meta.config
-        proxies = ProxyConfiguration(proxies=config.proxies, proxies_settings=config.proxies_config)
+        # As botocore's endpoint does: the config's proxies, else the environment's
+        # (HTTP_PROXY, HTTPS_PROXY, NO_PROXY).
+        found = config.proxies if config.proxies is not None else get_environ_proxies(url)
+        proxies = ProxyConfiguration(proxies=found, proxies_settings=config.proxies_config)
         connector = await _connector(url, settings.max_pool_connections, ca_bundle)
         session = aiohttp.ClientSession(
             connector=connector,
