@@ -78,7 +78,11 @@ def flame_engine(messages: int, svg: Path) -> str | None:
         *(sys.executable, "-m", "bench.engine_throughput", "--worker-only"),
         *("--loop", "asyncio", "--messages", str(messages)),
     ]
-    return _spy_result(subprocess.run(command, cwd=ROOT, capture_output=True, text=True), svg)
+    try:
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    except subprocess.TimeoutExpired:
+        return "py-spy did not finish within 600 s"
+    return _spy_result(done, svg)
 
 
 def _spy_result(done: subprocess.CompletedProcess[str], svg: Path) -> str | None:
@@ -147,6 +151,7 @@ def flame_sqs(messages: int, contender: Contender, svg: Path) -> str | None:
         _, stderr = spies[0].communicate(timeout=60)
     except subprocess.TimeoutExpired:
         spies[0].kill()
+        spies[0].wait()
         return "py-spy did not finish within 60 s of the worker's exit"
     done = subprocess.CompletedProcess(spies[0].args, spies[0].returncode, "", stderr)
     return _spy_result(done, svg)

@@ -92,7 +92,7 @@ class StandardRetry:
             caught_exception=exception,
             request_dict={"context": context},
         )
-        return float(delay) if delay else None
+        return None if delay is None or delay is False else float(delay)
 
     def succeeded(self, context: dict[str, Any], status: int) -> None:
         """Give back retry quota after a 2xx answer (botocore's `after-call` hook)."""

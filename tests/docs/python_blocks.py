@@ -31,10 +31,8 @@ import looptime
 
 from tests.docs.blocks import ROOT, Block
 
-__all__ = ["SLOW_S", "PythonPage"]
+__all__ = ["PythonPage"]
 
-#: A block that takes longer than this fails: docs examples must stay fast.
-SLOW_S = 2.0
 _SAVED = re.compile(r"^#\s*(?P<name>[\w./-]+\.py)\s*$")
 _SNIPPET = re.compile(r'^-{2}8<-{2}\s+"(?P<path>[^"]+)"\s*$')
 _SECTION = re.compile(r"^\s*#\s*-{2}8<-{2}\s*\[(?P<edge>start|end):(?P<name>[\w-]+)\]\s*$")
@@ -64,9 +62,9 @@ class PythonPage:
         except BaseException:
             return traceback.format_exc(limit=-3)
         took = time.monotonic() - started
+        # Recorded, never judged: a pass/fail on wall time would fail on a loaded machine
+        # (the suite's per-test timeout bounds a hang).
         self.slowest = max(self.slowest, (took, block.where))
-        if took > SLOW_S:
-            return f"took {took:.1f} s (more than {SLOW_S} s): make it faster"
         return None
 
     def _execute(self, block: Block) -> None:
