@@ -19,8 +19,6 @@ import json
 import re
 import sys
 import urllib.request
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
@@ -33,6 +31,7 @@ from botocore.credentials import ReadOnlyCredentials
 from backends.serve.sqs.endpoint import sqs_endpoint_in_thread
 from backends.sqs import SqsBackend, SqsSettings
 from backends.sqs.settings import SqsClientKind
+from tests.local_http import serving
 from tests.moto_server import MOTO_ACCESS_KEY, MOTO_REGION, MOTO_SECRET_KEY
 from worker.types import Deletion, OutgoingMessage, QueueSpec, ReceivedMessage, VisibilityChange
 
@@ -153,21 +152,6 @@ class Recorder:
         return web.Response(body=b"{}", content_type="application/x-amz-json-1.0")
 
 
-@asynccontextmanager
-async def recording_server(recorder: Recorder) -> AsyncIterator[str]:
-    app = web.Application()
-    app.router.add_post("/", recorder.handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()
-
-
 async def test_lean_calls_take_refreshed_credentials_from_the_provider_chain(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -181,7 +165,7 @@ async def test_lean_calls_take_refreshed_credentials_from_the_provider_chain(
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
         monkeypatch.delenv(name, raising=False)
     recorder = Recorder(secret="s")
-    async with recording_server(recorder) as url:
+    async with serving(recorder.handle) as url:
         settings = SqsSettings(
             region="us-east-1", endpoint_url=url, profile="lean-refresh", client="lean"
         )

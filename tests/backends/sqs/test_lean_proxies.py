@@ -14,6 +14,7 @@ import pytest_asyncio
 from aiohttp import web
 
 from backends.sqs import SqsBackend, SqsSettings
+from tests.local_http import serving
 from worker.errors import TransientBackendError
 
 pytestmark = pytest.mark.asyncio
@@ -31,17 +32,8 @@ async def proxy() -> AsyncIterator[tuple[str, list[str]]]:
         seen.append(request.headers.get("X-Amz-Target", ""))
         return web.json_response({}, content_type="application/x-amz-json-1.0")
 
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", answer)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    try:
-        yield f"http://127.0.0.1:{port}", seen
-    finally:
-        await runner.cleanup()
+    async with serving(answer) as url:
+        yield url, seen
 
 
 async def _receive(backend: SqsBackend) -> int:
