@@ -66,6 +66,9 @@ class Receiver:
         # Bound once: every lease keeps both, and a bound method made per lease is 64 bytes.
         self._now = clock.now
         self._lease_finished = self._finished
+        # Looked up once: they change with every message.
+        self._received = metrics.received.labels(queue)
+        self._in_flight = metrics.in_flight.labels(queue)
         self._on_fatal = on_fatal
         self._log = logger or structlog.get_logger("lease_worker.receive")
         #: False from a failed receive until the next one that answers: for readiness.
@@ -129,10 +132,11 @@ class Receiver:
         handed_out = self._handed_out(sent_at)
         if not messages:
             self._metrics.empty_receives.labels(self.queue).inc()
+        else:
+            self._received.inc(len(messages))
         service_max_lease_s = self._backend.limits.max_lease_s
         held = 0
         for received in messages:
-            self._metrics.received.labels(self.queue).inc()
             if self._note_sent_on:
                 self._note_sent(received)
             # Routed by this receiver's own queue (the name or URL the handler was
@@ -153,7 +157,7 @@ class Receiver:
                 on_finish=self._lease_finished,
             )
             held += 1
-            self._metrics.in_flight.labels(self.queue).inc()
+            self._in_flight.inc()
             self._keeper.track(lease)
             self._dispatch(received, lease)
         return held
@@ -190,5 +194,5 @@ class Receiver:
 
     def _finished(self, lease: Lease) -> None:
         self._slots.give_back()
-        self._metrics.in_flight.labels(self.queue).dec()
+        self._in_flight.dec()
         self._on_finish(lease)
