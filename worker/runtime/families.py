@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from collections.abc import Iterator, Sequence
-from typing import Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -83,6 +83,9 @@ C = TypeVar("C", CounterChild, GaugeChild, HistogramChild)
 
 
 class _Family(Collector, Generic[C]):
+    #: prometheus-client's family type, built at each scrape.
+    _metric: ClassVar[type[Any]]
+
     def __init__(self, name: str, documentation: str, labelnames: Sequence[str]) -> None:
         self.name = name
         self.documentation = documentation
@@ -109,47 +112,47 @@ class _Family(Collector, Generic[C]):
     def _new_child(self) -> C:
         raise NotImplementedError
 
-    def _empty(self) -> Metric:
-        raise NotImplementedError
-
-    def _add(self, family: Metric, values: list[str], child: C) -> None:
+    def _sample(self, family: Any, values: list[str], child: C) -> None:
+        """Add `child`'s samples to `family` (an instance of `_metric`)."""
         raise NotImplementedError
 
     def describe(self) -> Iterator[Metric]:
-        yield self._empty()
+        yield self._metric(self.name, self.documentation, labels=self.labelnames)
 
     def collect(self) -> Iterator[Metric]:
-        family = self._empty()
+        family = self._metric(self.name, self.documentation, labels=self.labelnames)
         for values, child in list(self._children.items()):
-            self._add(family, list(values), child)
+            self._sample(family, list(values), child)
         yield family
 
 
-class CounterFamily(_Family[CounterChild]):
+V = TypeVar("V", CounterChild, GaugeChild)
+
+
+class _ValueFamily(_Family[V]):
+    """A family whose children are one number each (counters, gauges)."""
+
+    def _sample(self, family: Any, values: list[str], child: V) -> None:
+        family.add_metric(values, child.value)
+
+
+class CounterFamily(_ValueFamily[CounterChild]):
+    _metric = CounterMetricFamily
+
     def _new_child(self) -> CounterChild:
         return CounterChild()
 
-    def _empty(self) -> Metric:
-        return CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
 
-    def _add(self, family: Metric, values: list[str], child: CounterChild) -> None:
-        assert isinstance(family, CounterMetricFamily)
-        family.add_metric(values, child.value)
+class GaugeFamily(_ValueFamily[GaugeChild]):
+    _metric = GaugeMetricFamily
 
-
-class GaugeFamily(_Family[GaugeChild]):
     def _new_child(self) -> GaugeChild:
         return GaugeChild()
 
-    def _empty(self) -> Metric:
-        return GaugeMetricFamily(self.name, self.documentation, labels=self.labelnames)
-
-    def _add(self, family: Metric, values: list[str], child: GaugeChild) -> None:
-        assert isinstance(family, GaugeMetricFamily)
-        family.add_metric(values, child.value)
-
 
 class HistogramFamily(_Family[HistogramChild]):
+    _metric = HistogramMetricFamily
+
     def __init__(
         self, name: str, documentation: str, labelnames: Sequence[str], buckets: Sequence[float]
     ) -> None:
@@ -162,11 +165,7 @@ class HistogramFamily(_Family[HistogramChild]):
     def _new_child(self) -> HistogramChild:
         return HistogramChild(self.bounds)
 
-    def _empty(self) -> Metric:
-        return HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
-
-    def _add(self, family: Metric, values: list[str], child: HistogramChild) -> None:
-        assert isinstance(family, HistogramMetricFamily)
+    def _sample(self, family: Any, values: list[str], child: HistogramChild) -> None:
         counts, total = list(child.counts), child.sum
         cumulative, buckets = 0, []
         for bound, count in zip((*self.bounds, math.inf), counts, strict=True):
