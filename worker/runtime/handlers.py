@@ -34,7 +34,7 @@ import structlog
 from worker.backend import Limits
 from worker.clock import Clock
 from worker.core.lease import Lease, LeaseState
-from worker.core.settlement import DELETE, Action, Outcome, Settlement, settlement_for
+from worker.core.settlement import Action, Outcome, Settlement, settlement_for
 from worker.errors import DecodeError, Discard, Duplicate, Retry
 from worker.large_payloads import MissingPayload
 from worker.message import Message
@@ -254,8 +254,6 @@ class Executor:
             self._keeper.record_duration(duration)
         if self._threads.busy((received.queue, received.message_id)):
             settlement = _FORGET  # its thread runs on: never handed back before it ends
-        elif outcome is Outcome.SUCCEEDED:
-            settlement = DELETE
         else:
             settlement = settlement_for(
                 outcome,
