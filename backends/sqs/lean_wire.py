@@ -12,7 +12,9 @@ both into `worker.types` and `backends.sqs.errors` maps both failures. Rules thi
   `message` or `Message`; SQS's query-compatible code from the `x-amzn-query-error` header
   (`Code;Sender`) becomes `Code`, the JSON one `QueryErrorCode`. A 5xx whose body is empty
   or an HTML page is read by its status alone.
-- orjson is used when it is importable (the `fast` extra), else the standard library's json.
+- Answers are read by `worker.jsonlib` (orjson when installed, with `json.loads`' results,
+  which botocore's parser uses); requests are written by orjson when it is importable (the
+  `fast` extra), else the standard library's json.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import http.client
 import json
 from collections.abc import Callable, Mapping
 from typing import Any
+
+from worker import jsonlib
 
 __all__ = ["CONTENT_TYPE", "TARGET_PREFIX", "answer", "encode", "error_answer"]
 
@@ -40,17 +44,22 @@ def _json_dumps(params: Mapping[str, Any]) -> bytes:
 
 
 _dumps: Callable[[Mapping[str, Any]], bytes]
-_loads: Callable[[bytes], Any]
 try:
     import orjson
 except ImportError:  # pragma: no cover - orjson is in the dev environment
-    _dumps, _loads = _json_dumps, json.loads
+    _dumps = _json_dumps
 else:
 
     def _orjson_dumps(params: Mapping[str, Any]) -> bytes:
         return orjson.dumps(params, default=_blob)
 
-    _dumps, _loads = _orjson_dumps, orjson.loads
+    _dumps = _orjson_dumps
+
+
+def _loads(body: bytes) -> Any:
+    """Text as botocore reads it (UTF-8; a bad byte is a ValueError), then `json.loads`'
+    values."""
+    return jsonlib.loads(body.decode("utf-8"))
 
 
 def encode(params: Mapping[str, Any]) -> bytes:

@@ -91,6 +91,18 @@ def test_a_receive_answer_reads_as_botocore_reads_it(sqs_model: ServiceModel) ->
     assert messages[1].receive_count == 1
 
 
+def test_what_json_reads_the_lean_path_reads_too(sqs_model: ServiceModel) -> None:
+    """Answers are read with json.loads' results (worker.jsonlib), as botocore reads them:
+    raw orjson refused a lone surrogate that botocore accepts (a review found it)."""
+    body = (
+        '{"Messages": [{"MessageId": "m", "ReceiptHandle": "h", "MD5OfBody": "x", "Body": '
+        + '"\\ud800 a lone surrogate"'  # escaped in the JSON, as a non-AWS server may send
+        + "}]}"
+    ).encode()
+    theirs = botocore_parse(sqs_model, "ReceiveMessage", 200, {}, body)
+    assert lean_wire.answer("ReceiveMessage", body)["Messages"] == theirs["Messages"]
+
+
 @pytest.mark.parametrize("body", [b"", b"{}"])
 def test_an_empty_receive_is_no_messages(body: bytes) -> None:
     assert lean_wire.answer("ReceiveMessage", body) == {}
