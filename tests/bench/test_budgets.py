@@ -7,16 +7,15 @@ endpoint served. No figure here is a time: timing ratios stay in docs/benchmarks
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
 
 import pytest
 import pytest_asyncio
 
 from backends.serve.sqs.endpoint import SqsEndpoint, sqs_endpoint_in_thread
 from backends.sqs import SqsBackend, SqsSettings
+from backends.sqs.settings import SqsClientKind
 from bench import budgets, footprint
 
 
@@ -67,26 +66,21 @@ def endpoint() -> Iterator[SqsEndpoint]:
         yield served
 
 
-def _settings(url: str, client: str) -> SqsSettings:
-    options: dict[str, Any] = {
-        "endpoint_url": url,
-        "region": "us-east-1",
-        "access_key_id": "testing",
-        "secret_access_key": "testing",
-    }
-    if client != "botocore":
-        # The lean path (issue 20) is a setting of its own once it exists.
-        if "client" not in {f.name for f in dataclasses.fields(SqsSettings)}:
-            pytest.skip(f"SqsSettings has no client option yet: no {client!r} path to count")
-        options["client"] = client
-    return SqsSettings(**options)
+def _settings(url: str, client: SqsClientKind) -> SqsSettings:
+    return SqsSettings(
+        endpoint_url=url,
+        region="us-east-1",
+        access_key_id="testing",
+        secret_access_key="testing",
+        client=client,
+    )
 
 
 @pytest_asyncio.fixture(params=["botocore", "lean"])
 async def sqs_backend(
     request: pytest.FixtureRequest, endpoint: SqsEndpoint
 ) -> AsyncIterator[SqsBackend]:
-    backend = await SqsBackend.connect(_settings(endpoint.url, str(request.param)))
+    backend = await SqsBackend.connect(_settings(endpoint.url, request.param))
     try:
         yield backend
     finally:
