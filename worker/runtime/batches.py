@@ -32,6 +32,7 @@ from worker.core.settlement import Outcome
 from worker.errors import BatchFailure, DecodeError, Discard, Retry
 from worker.message import Message
 from worker.registry import HandlerSpec
+from worker.runtime.handler_tasks import HandlerTasks
 from worker.runtime.handlers import Executor, decode, fetch
 from worker.tracing import batch_span, set_outcome
 from worker.types import ReceivedMessage
@@ -73,7 +74,7 @@ class Batches:
         self._fifo_locks: dict[str, anyio.Lock] = {}
 
     def add(
-        self, spec: HandlerSpec, received: ReceivedMessage, lease: Lease, tasks: asyncio.TaskGroup
+        self, spec: HandlerSpec, received: ReceivedMessage, lease: Lease, tasks: HandlerTasks
     ) -> None:
         assert spec.batch is not None
         batch = self._open.get(spec.queue)

@@ -15,7 +15,6 @@ Rules:
 
 from __future__ import annotations
 
-import asyncio
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -26,6 +25,7 @@ from worker.core.lease import Lease
 from worker.core.settlement import Outcome
 from worker.registry import HandlerSpec
 from worker.runtime.batches import Batches
+from worker.runtime.handler_tasks import HandlerTasks
 from worker.runtime.handlers import Executor
 from worker.runtime.lease_keeper import LeaseKeeper
 from worker.types import ReceivedMessage
@@ -54,7 +54,7 @@ class Dispatcher:
         self._held: dict[tuple[str, str], Lease] = {}
         self._groups: dict[tuple[str, str], deque[_Entry]] = {}
         self._batches = Batches(executor=executor, is_fifo=is_fifo)
-        self.tasks: asyncio.TaskGroup | None = None
+        self.tasks: HandlerTasks | None = None
 
     def adopt(self, received: ReceivedMessage, sent_at: float, visibility_s: float) -> bool:
         """True if `received` is a copy of a message held here; its lease takes the handle."""

@@ -6,19 +6,14 @@ catches the cancellation and keeps awaiting (a rollback, a library's retry loop)
 at its next await instead of running on. Only a handler that swallows every one of them, or
 that never awaits, outlives it: the supervisor bounds its wait for those and abandons them.
 
-`HandlerTasks` holds the asyncio.TaskGroup of the handler tasks in a task of its own, so
-that the supervisor can stop waiting for a handler that will not end, which a task group
-entered by the supervisor's own task could not (a group waits for all its tasks).
+The tasks themselves are in `worker.runtime.handler_tasks`.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
-import anyio
-
-__all__ = ["HandlerScope", "HandlerTasks"]
+__all__ = ["HandlerScope"]
 
 #: After a handler swallowed two cancellations, how often it is cancelled again: at once
 #: would be a busy loop (it swallows, we cancel, ...), which also stalls a fast-forwarded
@@ -122,58 +117,3 @@ class HandlerScope:
             task.cancel()
             self._cancels += 1
             self._delivered += 1
-
-
-class HandlerTasks:
-    """The handler tasks' asyncio.TaskGroup, held open by a host task until `close()`.
-
-    asyncio's task group, not anyio's: as structured, at a third of the cost per task
-    (memory and CPU), which counts at 100,000 in flight. A task ending with an exception
-    (a bug of the runtime: handlers' own exceptions are their messages' failures) ends the
-    group, as in any task group, and `on_crash` hears of it.
-    """
-
-    def __init__(self, on_crash: Callable[[BaseException], None]) -> None:
-        self._on_crash = on_crash
-        self._closing = anyio.Event()
-        self._ended = anyio.Event()
-        self._host: asyncio.Task[None] | None = None
-
-    @property
-    def opened(self) -> bool:
-        return self._host is not None
-
-    @property
-    def ended(self) -> bool:
-        return self._ended.is_set()
-
-    async def open(self) -> asyncio.TaskGroup:
-        loop = asyncio.get_running_loop()
-        opened: asyncio.Future[asyncio.TaskGroup] = loop.create_future()
-        self._host = loop.create_task(self._hold(opened), name="lease-worker handlers")
-        self._host.add_done_callback(self._host_done)
-        return await opened
-
-    def close(self) -> None:
-        """No more tasks: the group ends once those it has end."""
-        self._closing.set()
-
-    def cancel(self) -> None:
-        """Cancel every handler task (someone else's cancellation, to them)."""
-        if self._host is not None:
-            self._host.cancel()
-
-    async def wait(self) -> None:
-        if self._host is not None:
-            await self._ended.wait()
-
-    async def _hold(self, opened: asyncio.Future[asyncio.TaskGroup]) -> None:
-        async with asyncio.TaskGroup() as group:
-            if not opened.cancelled():
-                opened.set_result(group)
-            await self._closing.wait()
-
-    def _host_done(self, host: asyncio.Task[None]) -> None:
-        self._ended.set()
-        if not host.cancelled() and (error := host.exception()) is not None:
-            self._on_crash(error)

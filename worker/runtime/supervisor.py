@@ -7,7 +7,7 @@ Tasks::
       │           outside included), so a heartbeat never ends claims still in use
       └─ services ── lease keeper, settler, loop-lag watcher, queue sampler
            └─ receivers ── one long-poll loop per queue
-    handlers ── one task per message, in a task group held by a task of its own
+    handlers ── one task per message, in a group no task waits inside
                 (`HandlerTasks`): a handler that will not end cannot hold the exit
 
 Shutdown, on the first `request_shutdown()` (SIGTERM/SIGINT in the CLI), bounded by
@@ -54,6 +54,7 @@ from worker.errors import (
 )
 from worker.runtime.background import BackgroundTasks
 from worker.runtime.dispatcher import Dispatcher
+from worker.runtime.handler_tasks import HandlerTasks
 from worker.runtime.handlers import Executor, Observer
 from worker.runtime.lease_keeper import LeaseKeeper
 from worker.runtime.loop_lag import LoopLag
@@ -61,7 +62,6 @@ from worker.runtime.metrics import Metrics, MetricsSnapshot
 from worker.runtime.queue_sampler import QueueSampler
 from worker.runtime.queues import STARTUP_CALL_TIMEOUTS, queue_info_at_start
 from worker.runtime.receiver import Receiver
-from worker.runtime.scope import HandlerTasks
 from worker.runtime.settler import Settler
 from worker.runtime.slots import Slots
 from worker.runtime.timed_backend import TimedBackend
