@@ -46,7 +46,7 @@ from worker.runtime.metrics import Metrics
 from worker.runtime.scope import HandlerScope
 from worker.runtime.settler import Settler
 from worker.runtime.threads import DaemonThreads
-from worker.tracing import handler_span, set_outcome
+from worker.tracing import open_handler_span
 from worker.types import ReceivedMessage
 
 __all__ = ["Executor", "Observer", "decode", "fetch"]
@@ -149,42 +149,39 @@ class Executor:
         structlog.contextvars.bind_contextvars(queue=received.queue, message_id=received.message_id)
         started = self._clock.now()
         outcome, retry_after = Outcome.SHUTDOWN, 0.0
-        with handler_span(received) as span:
+        span = open_handler_span(received)  # no `with`: see OpenSpan
+        try:
+            if lease.cancel_reason is not None:  # lost, capped or shut down before it started
+                outcome = Outcome.LEASE_LOST if lease.lost else lease.cancel_reason
+                return outcome
+            scope = lease.scope = HandlerScope()
             try:
-                if lease.cancel_reason is not None:  # lost, capped or shut down before it started
-                    outcome = Outcome.LEASE_LOST if lease.lost else lease.cancel_reason
-                    return outcome
-                scope = lease.scope = HandlerScope()
-                try:
-                    # An earlier copy of this message may still run in an abandoned thread.
-                    key = (received.queue, received.message_id)
-                    if self._threads.busy(key):
-                        await self._threads.wait_idle(key)
-                    fetched = received
-                    if spec.large_payloads is not None:
-                        fetched = await fetch(spec, received)
-                    # raw_body stays what travelled on the queue (an S3 pointer, say).
-                    await self.chain_for(spec)(Message(received, decode(spec, fetched), lease))
-                    outcome = Outcome.SUCCEEDED
-                except asyncio.CancelledError as error:
-                    if not scope.close():
-                        raise  # someone else's cancellation too: the task group is going down
-                    outcome = self._cancelled(spec, received, lease, scope, error)
-                except GeneratorExit:
-                    raise  # closes this coroutine
-                except BaseException as error:  # SystemExit, KeyboardInterrupt, ...: too
-                    outcome, retry_after = self._failed(spec, received, error)
-                    scope.close()  # a cancellation it caught and swallowed is taken back
-                else:
-                    scope.close()
-                finally:
-                    lease.scope = None
-                if lease.lost:
-                    outcome, retry_after = Outcome.LEASE_LOST, 0.0
+                # An earlier copy of this message may still run in an abandoned thread.
+                if self._threads.busy((received.queue, received.message_id)):
+                    await self._threads.wait_idle((received.queue, received.message_id))
+                fetched = received if spec.large_payloads is None else await fetch(spec, received)
+                # raw_body stays what travelled on the queue (an S3 pointer, say).
+                await self.chain_for(spec)(Message(received, decode(spec, fetched), lease))
+                outcome = Outcome.SUCCEEDED
+            except asyncio.CancelledError as error:
+                if not scope.close():
+                    raise  # someone else's cancellation too: the task group is going down
+                outcome = self._cancelled(spec, received, lease, scope, error)
+            except GeneratorExit:
+                raise  # closes this coroutine
+            except BaseException as error:  # SystemExit, KeyboardInterrupt, ...: too
+                outcome, retry_after = self._failed(spec, received, error)
+                scope.close()  # a cancellation it caught and swallowed is taken back
+            else:
+                scope.close()
             finally:
-                if span is not None:
-                    set_outcome(span, outcome.value)
-                self.finish(spec, received, lease, outcome, retry_after, started)
+                lease.scope = None
+            if lease.lost:
+                outcome, retry_after = Outcome.LEASE_LOST, 0.0
+        finally:
+            if span is not None:
+                span.close(outcome.value)
+            self.finish(spec, received, lease, outcome, retry_after, started)
         return outcome
 
     def _cancelled(
