@@ -51,14 +51,16 @@ class Dispatcher:
         self._spec_for = spec_for
         self._is_fifo = is_fifo
         self._log = logger or structlog.get_logger("lease_worker.dispatch")
-        self._held: dict[tuple[str, str], Lease] = {}
+        #: Queue, then message id: no (queue, id) tuple to keep per message.
+        self._held: dict[str, dict[str, Lease]] = {}
         self._groups: dict[tuple[str, str], deque[_Entry]] = {}
         self._batches = Batches(executor=executor, is_fifo=is_fifo)
         self.tasks: HandlerTasks | None = None
 
     def adopt(self, received: ReceivedMessage, sent_at: float, visibility_s: float) -> bool:
         """True if `received` is a copy of a message held here; its lease takes the handle."""
-        lease = self._held.get((received.queue, received.message_id))
+        held = self._held.get(received.queue)
+        lease = None if held is None else held.get(received.message_id)
         if lease is None or not lease.active:
             return False
         lease.receipt_handle = received.receipt_handle
@@ -76,8 +78,10 @@ class Dispatcher:
 
     def dispatch(self, received: ReceivedMessage, lease: Lease) -> None:
         assert self.tasks is not None, "dispatch before the handler task group started"
-        key = (received.queue, received.message_id)
-        self._held[key] = lease
+        held = self._held.get(received.queue)
+        if held is None:
+            held = self._held[received.queue] = {}
+        held[received.message_id] = lease
         spec = self._spec_for(received.queue)
         if spec.batch is not None:
             self._batches.add(spec, received, lease, self.tasks)
@@ -96,9 +100,9 @@ class Dispatcher:
 
     def forget(self, lease: Lease) -> None:
         """The lease ended: a later receive of the same message is a new delivery."""
-        key = (lease.queue, lease.message_id)
-        if self._held.get(key) is lease:
-            del self._held[key]
+        held = self._held.get(lease.queue)
+        if held is not None and held.get(lease.message_id) is lease:
+            del held[lease.message_id]
 
     async def _run_group(self, group_key: tuple[str, str]) -> None:
         waiting = self._groups[group_key]
