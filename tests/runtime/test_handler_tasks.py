@@ -10,7 +10,7 @@ import warnings
 import anyio
 import pytest
 
-from worker.runtime.handler_tasks import HandlerTasks
+from worker.runtime.handler_tasks import TASK_NAME, HandlerTasks
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
 
@@ -122,14 +122,16 @@ async def test_cancel_cancels_every_task_and_ends_the_group() -> None:
     assert crashes.errors == []
 
 
-async def test_every_task_shares_one_done_callback_and_one_context() -> None:
-    """What asyncio.TaskGroup makes anew for each task (128 bytes a task) is made once."""
+async def test_every_task_shares_one_done_callback_one_context_and_one_name() -> None:
+    """What asyncio.TaskGroup makes anew for each task (128 bytes a task) is made once, and
+    the tasks share a name (a number each, unnamed)."""
     tasks = await HandlerTasks(Crashes()).open()
     made = [tasks.create_task(asyncio.sleep(1)) for _ in range(3)]
     pairs = [pair for task in made for pair in _done_callbacks(task)]
     assert len(pairs) == 3
     assert len({id(callback) for callback, _ in pairs}) == 1
     assert len({id(context) for _, context in pairs}) == 1
+    assert {id(task.get_name()) for task in made} == {id(TASK_NAME)}
     tasks.close()
     await tasks.wait()
 
