@@ -11,7 +11,8 @@ good at. Rules this module keeps:
   its async `get_frozen_credentials`, so a refreshing provider is honoured; no credentials
   is botocore's `NoCredentialsError`.
 - Every attempt is signed by botocore's `SigV4Auth` for the client's region and signing
-  name, and sent to the client's endpoint URL.
+  name (`backends.sqs.lean_signer`, which hands it a lighter request than botocore's
+  `AWSRequest`), and sent to the client's endpoint URL.
 - Retries are botocore's standard mode (`backends.sqs.lean_retry`) with the settings'
   attempts; what still fails is raised as botocore raises it (a `ClientError` shaped by
   botocore's JSON parser, or botocore's transport exceptions, converted from aiohttp's as
@@ -35,8 +36,6 @@ import aiohttp
 import anyio
 import botocore
 from aiobotocore._constants import DEFAULT_KEEPALIVE_TIMEOUT
-from botocore.auth import SigV4Auth
-from botocore.awsrequest import AWSRequest
 from botocore.exceptions import (
     ClientError,
     ConnectionClosedError,
@@ -55,6 +54,7 @@ from botocore.utils import get_environ_proxies
 
 from backends.sqs import lean_wire
 from backends.sqs.lean_retry import StandardRetry
+from backends.sqs.lean_signer import RequestSigner
 from backends.sqs.settings import SqsSettings
 
 __all__ = ["LEAN_OPERATIONS", "LeanTransport"]
@@ -140,8 +140,9 @@ class LeanTransport:
     ) -> None:
         meta = client.meta
         self._url = _request_url(meta.endpoint_url)
-        self._region = meta.region_name
-        self._signing_name = meta.service_model.signing_name or "sqs"
+        self._signer = RequestSigner(
+            self._url, meta.region_name, meta.service_model.signing_name or "sqs"
+        )
         self._credentials = _credentials(client)
         self._user_agent = _user_agent(client)
         self._session = session
@@ -213,17 +214,7 @@ class LeanTransport:
         frozen = None if credentials is None else await credentials.get_frozen_credentials()
         if frozen is None or frozen.access_key is None:
             raise NoCredentialsError()
-        request = AWSRequest(
-            method="POST",
-            url=self._url,
-            data=body,
-            headers={
-                "Content-Type": lean_wire.CONTENT_TYPE,
-                "X-Amz-Target": lean_wire.TARGET_PREFIX + operation,
-            },
-        )
-        SigV4Auth(frozen, self._signing_name, self._region).add_auth(request)
-        headers = dict(request.headers.items())
+        headers = self._signer.headers(frozen, operation, body)
         headers["User-Agent"] = self._user_agent
         headers["Accept-Encoding"] = "identity"
         return headers
