@@ -79,17 +79,7 @@ def snapshot(message: Message) -> MessageSnapshot:
 
 def received_message(config: QueueConfig, message: Message) -> ReceivedMessage:
     """The message as a receive returns it, system attributes spelled as SQS spells them."""
-    attributes = SystemAttributes(
-        sent_ms=message.sent_timestamp_ms,
-        receive_count=message.receive_count,
-        first_receive_ms=message.first_receive_ms,
-        group_id=message.group_id,
-        fifo=config.fifo,
-        deduplication_id=message.deduplication_id,
-        sequence_number=message.sequence_number,
-        trace_header=message.trace_header,
-        dead_letter_source_arn=message.dead_letter_source_arn,
-    )
+    attributes = SystemAttributes(message, receive_count=message.receive_count, fifo=config.fifo)
     assert message.receipt_handle is not None, "only a received message is returned"
     return ReceivedMessage(
         queue=config.name,

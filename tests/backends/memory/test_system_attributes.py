@@ -5,12 +5,23 @@ from __future__ import annotations
 import pytest
 
 from backends.memory.attributes import SystemAttributes
+from backends.memory.message import Message
+
+
+def _stored(sent_ms: int, first_receive_ms: int, **fields: str) -> Message:
+    return Message(
+        message_id="m1",
+        body="{}",
+        message_attributes={},
+        sent_at=0.0,
+        sent_timestamp_ms=sent_ms,
+        first_receive_ms=first_receive_ms,
+        **fields,  # type: ignore[arg-type]
+    )
 
 
 def test_a_standard_queue_message() -> None:
-    attributes = SystemAttributes(
-        sent_ms=1_700_000_000_123, receive_count=2, first_receive_ms=1_700_000_000_456
-    )
+    attributes = SystemAttributes(_stored(1_700_000_000_123, 1_700_000_000_456), receive_count=2)
     assert attributes == {
         "SenderId": "000000000000",
         "SentTimestamp": "1700000000123",
@@ -32,17 +43,16 @@ def test_a_standard_queue_message() -> None:
 
 
 def test_a_fifo_message_with_a_trace_from_a_dead_letter_queue() -> None:
-    attributes = SystemAttributes(
-        sent_ms=5,
-        receive_count=1,
-        first_receive_ms=6,
+    stored = _stored(
+        5,
+        6,
         group_id="g1",
-        fifo=True,
         deduplication_id="d1",
         sequence_number="18",
         trace_header="Root=1-5759e988-bd862e3fe1be46a994272793",
         dead_letter_source_arn="arn:aws:sqs:us-east-1:000000000000:jobs",
     )
+    attributes = SystemAttributes(stored, receive_count=1, fifo=True)
     assert dict(attributes) == {
         "SenderId": "000000000000",
         "SentTimestamp": "5",
@@ -59,7 +69,7 @@ def test_a_fifo_message_with_a_trace_from_a_dead_letter_queue() -> None:
 
 
 def test_read_only() -> None:
-    attributes = SystemAttributes(sent_ms=5, receive_count=1, first_receive_ms=6)
+    attributes = SystemAttributes(_stored(5, 6), receive_count=1)
     with pytest.raises(TypeError):
         attributes["SenderId"] = "x"  # type: ignore[index]
     with pytest.raises(AttributeError):
