@@ -103,6 +103,34 @@ def test_what_json_reads_the_lean_path_reads_too(sqs_model: ServiceModel) -> Non
     assert lean_wire.answer("ReceiveMessage", body)["Messages"] == theirs["Messages"]
 
 
+AWKWARD_JSON = [
+    '{"n": 18446744073709551616}',  # beyond 64 bits: orjson would make it a float
+    '{"n": -9223372036854775809}',  # 19 digits, below a signed 64-bit integer
+    '{"n": 1234567890123456789, "m": 123456789012345678901234567890}',
+    '{"s": "12345678901234567890", "f": 1.5, "e": 1e-7}',  # a long run inside a string
+    '{"n": NaN, "i": -Infinity, "big": 1e400}',  # values in json, errors in orjson
+    '{"s": "\\ud800"}',  # an escaped lone surrogate
+    '{"s": "\u0661\u0662\u0663\u0664\u0665\u0666\u0667\u0668\u0669\u0660'
+    '\u0661\u0662\u0663\u0664\u0665\u0666\u0667\u0668\u0669\u0660"}',  # not ASCII
+    '{"a": [1, 2.5, true, null, "h\u00e9"], "b": {"c": "d"}, "a": 0}',  # a key twice
+]
+
+
+@pytest.mark.parametrize("text", AWKWARD_JSON)
+def test_an_answer_has_json_loads_values(text: str) -> None:
+    """Whichever library reads it, an answer's values are json.loads' (botocore's)."""
+    ours = lean_wire.answer("DeleteMessageBatch", text.encode())
+    theirs = json.loads(text)
+    assert repr(ours) == repr(theirs)  # repr: NaN is not equal to itself
+    assert [type(v) for v in ours.values()] == [type(v) for v in theirs.values()]
+
+
+@pytest.mark.parametrize("body", [b'{"a": ', b'{"a": 1}}', b'{"a": "\xff"}'])
+def test_an_unreadable_answer_is_a_value_error(body: bytes) -> None:
+    with pytest.raises(ValueError):
+        lean_wire.answer("DeleteMessageBatch", body)
+
+
 @pytest.mark.parametrize("body", [b"", b"{}"])
 def test_an_empty_receive_is_no_messages(body: bytes) -> None:
     assert lean_wire.answer("ReceiveMessage", body) == {}
