@@ -25,6 +25,7 @@ from typing import Protocol
 
 from worker.core.settlement import Outcome
 from worker.errors import LeaseLostError
+from worker.types import ReceivedMessage
 
 __all__ = ["Lease", "LeaseState"]
 
@@ -58,6 +59,7 @@ class Lease:
         "message_id",
         "queue",
         "receipt_handle",
+        "received",
         "received_at",
         "renewals",
         "requested_visibility_s",
@@ -79,6 +81,7 @@ class Lease:
         now: Callable[[], float],
         service_max_lease_s: float | None = None,
         on_finish: Callable[[Lease], None] | None = None,
+        received: ReceivedMessage | None = None,
     ) -> None:
         self.queue = queue
         self.message_id = message_id
@@ -105,6 +108,8 @@ class Lease:
         self._now = now
         self._requester: Callable[[Lease, int], Awaitable[None]] | None = None
         self._on_finish = on_finish
+        #: The message as it was received (for the console), when the receiver made it.
+        self.received = received
 
     def __repr__(self) -> str:
         where = f"{self.queue}/{self.message_id}"

@@ -51,8 +51,10 @@ class Dispatcher:
         self._spec_for = spec_for
         self._is_fifo = is_fifo
         self._log = logger or structlog.get_logger("lease_worker.dispatch")
-        #: Queue, then message id: no (queue, id) tuple to keep per message.
+        #: Every message held, from its receive until its lease ends: by queue, then message
+        #: id (no (queue, id) tuple to keep per message).
         self._held: dict[str, dict[str, Lease]] = {}
+        self._count = 0
         self._groups: dict[tuple[str, str], deque[_Entry]] = {}
         self._batches = Batches(executor=executor, is_fifo=is_fifo)
         self.tasks: HandlerTasks | None = None
@@ -76,12 +78,24 @@ class Dispatcher:
         )
         return True
 
+    @property
+    def held_count(self) -> int:
+        """How many messages are held."""
+        return self._count
+
+    def held(self) -> list[Lease]:
+        """Every held message's lease (a copy)."""
+        return [lease for held in self._held.values() for lease in held.values()]
+
     def dispatch(self, received: ReceivedMessage, lease: Lease) -> None:
-        assert self.tasks is not None, "dispatch before the handler task group started"
+        """Hold the message (until `forget`), then run its handler, or queue it to run."""
         held = self._held.get(received.queue)
         if held is None:
             held = self._held[received.queue] = {}
+        if held.get(received.message_id) is None:
+            self._count += 1
         held[received.message_id] = lease
+        assert self.tasks is not None, "dispatch before the handler task group started"
         spec = self._spec_for(received.queue)
         if spec.batch is not None:
             self._batches.add(spec, received, lease, self.tasks)
@@ -103,6 +117,7 @@ class Dispatcher:
         held = self._held.get(lease.queue)
         if held is not None and held.get(lease.message_id) is lease:
             del held[lease.message_id]
+            self._count -= 1
 
     async def _run_group(self, group_key: tuple[str, str]) -> None:
         waiting = self._groups[group_key]

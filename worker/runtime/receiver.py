@@ -155,6 +155,7 @@ class Receiver:
                 service_max_lease_s=service_max_lease_s,
                 now=self._now,
                 on_finish=self._lease_finished,
+                received=received,
             )
             held += 1
             self._in_flight.inc()

@@ -133,8 +133,6 @@ class Supervisor:
             is_fifo=lambda queue: self.queues[queue].fifo,
         )
         self._handlers = HandlerTasks(on_crash=lambda error: self._crashed("a handler task", error))
-        #: Every message held, from its receive until its lease ends, with what was received.
-        self._held: dict[Lease, ReceivedMessage] = {}
         self._stop_receiving = anyio.Event()
         self._drained = anyio.Event()
         # A second request or a crash moves a phase's end up, and the scope waiting for it.
@@ -166,7 +164,7 @@ class Supervisor:
 
     @property
     def in_flight(self) -> int:
-        return len(self._held)
+        return self.dispatcher.held_count
 
     @property
     def stopping(self) -> bool:
@@ -179,20 +177,22 @@ class Supervisor:
 
     def held(self) -> list[tuple[Lease, ReceivedMessage]]:
         """Every message held right now and its lease (a copy): for the console."""
-        return list(self._held.items())
+        held = self.dispatcher.held()
+        return [(lease, lease.received) for lease in held if lease.received is not None]
 
     def snapshot(self) -> MetricsSnapshot:
         """What is held right now: read by the metrics at each scrape."""
         now = self.clock.now()
         nearest: dict[str, float] = {}
-        for lease in self._held:
+        held = self.dispatcher.held()
+        for lease in held:
             left = lease.deadline - now
             nearest[lease.queue] = min(nearest.get(lease.queue, left), left)
         abandoned = 0
         running = self.executor.threads.running_keys()
         if running:  # a set of every held message only when a thread runs at all
-            held = {(lease.queue, lease.message_id) for lease in self._held}
-            abandoned = sum(key not in held for key in running)
+            keys = {(lease.queue, lease.message_id) for lease in held}
+            abandoned = sum(key not in keys for key in running)
         return MetricsSnapshot(nearest, self.settler.pending, abandoned)
 
     @property
@@ -356,7 +356,6 @@ class Supervisor:
         return None if receiver is None else receiver.take_oldest_age_s()
 
     def _dispatch(self, received: ReceivedMessage, lease: Lease) -> None:
-        self._held[lease] = received
         try:
             self.dispatcher.dispatch(received, lease)
         except Exception:
@@ -367,11 +366,10 @@ class Supervisor:
             self.settler.submit(lease, release)
 
     def _finished(self, lease: Lease) -> None:
-        self._held.pop(lease, None)
         self.dispatcher.forget(lease)
         for listener in self.on_lease_finished:
             listener()
-        if not self._held and self.stopping:
+        if not self.dispatcher.held_count and self.stopping:
             self._drained.set()
 
     def _on_fatal(self, error: FatalBackendError) -> None:
@@ -392,14 +390,14 @@ class Supervisor:
         del self._scopes[phase]
 
     async def _drain(self) -> None:
-        if not self._held:
+        if not self.dispatcher.held_count:
             return
         grace = self.app.config.shutdown.grace_s
         self._log.info("shutdown.draining", in_flight=self.in_flight, grace_s=grace)
         await self._phase("drain", self.clock.now() + grace, self._drained.wait)
 
     def _cancel_held(self) -> None:
-        left = [lease for lease in self._held if lease.cancel_reason is None]
+        left = [lease for lease in self.dispatcher.held() if lease.cancel_reason is None]
         if left:
             self._log.warning("shutdown.releasing", messages=len(left))
         for lease in left:
@@ -413,7 +411,7 @@ class Supervisor:
             self._give_up()
 
     def _give_up(self) -> None:
-        left = [lease for lease in self._held if lease.state is LeaseState.HELD]
+        left = [lease for lease in self.dispatcher.held() if lease.state is LeaseState.HELD]
         if not left:
             return
         threads = sum(self.executor.abandon(lease) for lease in left)
