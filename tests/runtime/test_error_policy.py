@@ -26,7 +26,7 @@ from worker import (
     WorkerConfig,
 )
 from worker.testing import run_worker
-from worker.types import QueueSpec
+from worker.types import OutgoingMessage, QueueSpec
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
 
@@ -286,3 +286,25 @@ async def test_a_backend_bug_on_any_call_never_stops_the_worker() -> None:
         "DeleteMessageBatch",
         "ReceiveMessage",
     ]
+
+
+async def test_each_handler_run_ends_with_a_debug_event_its_duration_in_milliseconds() -> None:
+    app = _app()
+
+    @app.handler("jobs")
+    async def slow(message: Message) -> None:
+        await anyio.sleep(1.23456)
+
+    backend = MemoryBackend()
+    with capture_logs() as logs:
+        async with run_worker(app, backend=backend) as harness:
+            await backend.send("jobs", [OutgoingMessage(body="{}")])
+            await harness.wait_for_handled(1)
+    [done] = [event for event in logs if event["event"] == "handler.done"]
+    assert done == {
+        "event": "handler.done",
+        "log_level": "debug",
+        "outcome": "succeeded",
+        "action": "delete",
+        "duration_s": 1.235,
+    }
