@@ -41,14 +41,30 @@ class Clock(Protocol):
 class LoopClock:
     """The running asyncio loop's monotonic clock (what anyio's timeouts use too).
 
-    Read straight from the loop: `now()` runs several times per message.
+    Read straight from the loop: `now()` runs several times per message. Its owner may
+    `bind()` it to the running loop for as long as that loop runs it (the supervisor does,
+    for its run): `now()` is then that loop's own `time`, without looking the loop up first,
+    which on CPython 3.11 asks the OS for the process id every time (0.14 of 0.19 us).
     """
 
     def __init__(self) -> None:
         self._offset: float | None = None
+        #: The loop `bind()` tied this clock to, or None.
+        self.loop: asyncio.AbstractEventLoop | None = None
 
     def now(self) -> float:
         return asyncio.get_running_loop().time()
+
+    def bind(self) -> asyncio.AbstractEventLoop:
+        """Read the running loop's clock directly until `unbind()`; returns the loop."""
+        loop = self.loop = asyncio.get_running_loop()
+        self.now = loop.time  # type: ignore[method-assign]
+        return loop
+
+    def unbind(self) -> None:
+        """Look the running loop up at every `now()` again."""
+        self.loop = None
+        self.__dict__.pop("now", None)
 
     def wall_offset_s(self) -> float:
         if self._offset is None:

@@ -79,6 +79,9 @@ class Executor:
         self._observers = observers
         self._log = logger or structlog.get_logger("lease_worker.handler")
         self._chains: dict[str, CallNext] = {}
+        #: The running loop, while the supervisor runs: finding a task's own task with it
+        #: skips looking the loop up (see LoopClock.bind).
+        self.loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def clock(self) -> Clock:
@@ -154,7 +157,7 @@ class Executor:
             if lease.cancel_reason is not None:  # lost, capped or shut down before it started
                 outcome = Outcome.LEASE_LOST if lease.lost else lease.cancel_reason
                 return outcome
-            scope = lease.scope = HandlerScope()
+            scope = lease.scope = HandlerScope(asyncio.current_task(self.loop))
             try:
                 # An earlier copy of this message may still run in an abandoned thread.
                 if self._threads.busy((received.queue, received.message_id)):

@@ -35,8 +35,9 @@ class HandlerScope:
 
     __slots__ = ("_cancels", "_delivered", "_handle", "_held", "_open", "_task", "requested")
 
-    def __init__(self) -> None:
-        task = asyncio.current_task()
+    def __init__(self, task: asyncio.Task[object] | None = None) -> None:
+        """The scope of `task`, by default the current one."""
+        task = task or asyncio.current_task()
         assert task is not None
         self._task = task
         self._cancels = 0
