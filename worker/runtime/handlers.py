@@ -42,6 +42,7 @@ from worker.middleware import CallNext, build_chain
 from worker.payloads import PayloadError
 from worker.registry import HandlerSpec
 from worker.runtime.lease_keeper import LeaseKeeper
+from worker.runtime.log_context import bind_message
 from worker.runtime.metrics import Metrics
 from worker.runtime.scope import HandlerScope
 from worker.runtime.settler import Settler
@@ -149,7 +150,7 @@ class Executor:
         at up to 100,000 messages in flight), and each level costs an await per message.
         """
         # Each task runs in its own copy of the context: no need to unbind afterwards.
-        structlog.contextvars.bind_contextvars(queue=received.queue, message_id=received.message_id)
+        bind_message(received.queue, received.message_id)
         started = self._clock.now()
         outcome, retry_after = Outcome.SHUTDOWN, 0.0
         span = open_handler_span(received)  # no `with`: see OpenSpan
