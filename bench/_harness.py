@@ -14,10 +14,10 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from bench.peers.contenders import ROOT
 
@@ -228,3 +228,18 @@ def server() -> Iterator[Server]:
             yield Server(process, port, sqs)
         finally:
             sqs.close()
+
+
+class Hop(Protocol):
+    """A process between a contender and the endpoint (bench/latency.py's proxy): the
+    contender is given its URL instead of the endpoint's, and its CPU is read apart."""
+
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def pid(self) -> int: ...
+
+
+#: Starts a hop in front of the endpoint at the URL it is given; stops it on leaving.
+Via = Callable[[str], AbstractContextManager[Hop]]

@@ -26,6 +26,7 @@ from bench import (
     engine_throughput,
     lease_scale,
     long_handlers,
+    network,
     profile,
     scale_out,
     side_by_side,
@@ -46,6 +47,9 @@ class Sizes:
     scale: int
     long_handlers: int
     side_by_side: int
+    #: Over a network: messages per contender (half at the longest delay), and the delays.
+    network: int
+    network_delays_ms: tuple[float, ...]
     smq_leases: int
     smq_rounds: int
     #: The profile: the engine drain and the worker over SQS.
@@ -61,6 +65,8 @@ FULL = Sizes(
     scale=100_000,
     long_handlers=400,
     side_by_side=20_000,
+    network=6_000,
+    network_delays_ms=network.DELAYS_MS,
     smq_leases=1_000,
     smq_rounds=3,
     profile=100_000,
@@ -73,6 +79,8 @@ SMOKE = Sizes(
     scale=500,
     long_handlers=20,
     side_by_side=200,
+    network=100,
+    network_delays_ms=(5.0,),
     smq_leases=50,
     smq_rounds=1,
     profile=1_000,
@@ -162,6 +170,7 @@ class Figures:
     scale: lease_scale.Result
     rows: list[side_by_side.Row]
     long_rows: list[long_handlers.Row]
+    network: list[network.Run]
     smq: tuple[list[smq_renewals.Client], dict[str, Any] | None]
     profiled: list[profile.Run]
 
@@ -187,6 +196,7 @@ def measure_all(sizes: Sizes, out: Path, command: str) -> Figures:
             ),
         ),
         long_rows=_timed("long handlers", lambda: long_handlers.run(sizes.long_handlers)),
+        network=_timed("network", lambda: network.run(sizes.network, sizes.network_delays_ms)),
         smq=_timed(
             "smq renewals",
             lambda: smq_renewals.measure(sizes.smq_leases, sizes.smq_rounds, runtime=sizes.full),
@@ -259,6 +269,10 @@ def _other_sections(figures: Figures, images: Path) -> list[str]:
         "",
         *profile.summary(figures.profiled, "profile.md"),
         "",
+        "## 8. Side by side over a network",
+        "",
+        *network.section(figures.network),
+        "",
     ]
 
 
@@ -278,6 +292,7 @@ def page(figures: Figures, command: str, images: Path) -> str:
         "## Issue 20's goals at a glance",
         "",
         *goals_table(figures.engine, figures.scale, figures.rows),
+        *network.goals(figures.network),
         "",
         *_engine_sections(figures, images),
         *_sqs_sections(figures, images),

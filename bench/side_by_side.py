@@ -27,11 +27,12 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from bench._harness import QUEUE, Process, Sqs, cpu_s, server, started
+from bench._harness import QUEUE, Process, Sqs, Via, cpu_s, server, started
 from bench.peers import contenders as peers
 from bench.peers.contenders import Contender
 
@@ -47,6 +48,7 @@ class Sample:
     at: float
     worker_cpu_s: float
     server_cpu_s: float
+    hop_cpu_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +59,8 @@ class Row:
     wall_s: float = 0.0
     worker_cpu_s: float = 0.0
     server_cpu_s: float = 0.0
+    #: CPU of the hop the contender went through (bench/network.py's proxy), if any.
+    hop_cpu_s: float = 0.0
     requests: Counter[str] = field(default_factory=Counter)
     failure: str | None = None
     #: msgs/s of every round, in order (the row's own figures are its fastest round's).
@@ -89,8 +93,15 @@ def _dramatiq_body(index: int) -> str:
     return base64.b64encode(json.dumps(message, separators=(",", ":")).encode()).decode()
 
 
-def _watch(sqs: Sqs, url: str, messages: int, process: Process, server_pid: int) -> list[Sample]:
+def _watch(
+    sqs: Sqs, url: str, messages: int, process: Process, server_pid: int, hop_pid: int | None
+) -> list[Sample]:
     """The first and last samples: when the first receive shows, when the queue is empty."""
+
+    def sample(now: float) -> Sample:
+        hop = cpu_s(hop_pid) if hop_pid is not None else 0.0
+        return Sample(now, cpu_s(process.pid), cpu_s(server_pid), hop)
+
     limit_s = 30 + messages / 200
     deadline = time.monotonic() + limit_s
     samples: list[Sample] = []
@@ -99,9 +110,9 @@ def _watch(sqs: Sqs, url: str, messages: int, process: Process, server_pid: int)
         visible, in_flight = sqs.left(url)
         now = time.perf_counter()
         if not samples and (visible < messages or in_flight):
-            samples.append(Sample(now, cpu_s(process.pid), cpu_s(server_pid)))
+            samples.append(sample(now))
         if samples and visible + in_flight == 0:
-            samples.append(Sample(now, cpu_s(process.pid), cpu_s(server_pid)))
+            samples.append(sample(now))
             return samples
         if code is not None:
             raise Failed(f"exited with status {code}: {process.stderr_tail() or 'no output'}")
@@ -120,9 +131,12 @@ def measure(
     *,
     version: str = "",
     on_start: Callable[[Process], None] | None = None,
+    via: Via | None = None,
 ) -> Row:
-    """One drain by `contender`; `on_start(process)` once it has started (for a profiler)."""
-    with server() as endpoint:
+    """One drain by `contender`; `on_start(process)` once it has started (for a profiler);
+    through `via`'s hop when given (the harness's own calls go to the endpoint directly)."""
+    with server() as endpoint, via(endpoint.url) if via else nullcontext() as hop:
+        target = hop.url if hop is not None else endpoint.url
         sqs = endpoint.sqs
         attributes = {"VisibilityTimeout": "30"}
         url = str(sqs.call("CreateQueue", QueueName=QUEUE, Attributes=attributes)["QueueUrl"])
@@ -130,17 +144,18 @@ def measure(
         before = endpoint.requests()
         sqs.calls.clear()
         env = {
-            "BENCH_ENDPOINT": endpoint.url,
+            "BENCH_ENDPOINT": target,
             "BENCH_QUEUE": QUEUE,
             "BENCH_QUEUE_URL": url,
             "BENCH_MESSAGES": str(messages),
             **contender.env,
         }
-        command = [arg.replace("{endpoint}", endpoint.url) for arg in contender.command]
+        command = [arg.replace("{endpoint}", target) for arg in contender.command]
         with started(command, env=env, cwd=contender.cwd) as process:
             if on_start is not None:
                 on_start(process)
-            first, last = _watch(sqs, url, messages, process, endpoint.process.pid)
+            hop_pid = hop.pid if hop is not None else None
+            first, last = _watch(sqs, url, messages, process, endpoint.process.pid, hop_pid)
             requests = endpoint.requests() - before - sqs.calls
     return Row(
         contender,
@@ -149,19 +164,23 @@ def measure(
         wall_s=last.at - first.at,
         worker_cpu_s=last.worker_cpu_s - first.worker_cpu_s,
         server_cpu_s=last.server_cpu_s - first.server_cpu_s,
+        hop_cpu_s=last.hop_cpu_s - first.hop_cpu_s,
         requests=requests,
     )
 
 
 def attempt(
-    contender: Contender, messages: int, on_start: Callable[[Process], None] | None = None
+    contender: Contender,
+    messages: int,
+    on_start: Callable[[Process], None] | None = None,
+    via: Via | None = None,
 ) -> Row | str:
     """`measure`, or why the contender could not be measured."""
     reason = peers.missing(contender)
     if reason is not None:
         return reason
     try:
-        return measure(contender, messages, on_start=on_start)
+        return measure(contender, messages, on_start=on_start, via=via)
     except (Failed, RuntimeError, OSError, ValueError, KeyError) as error:
         return str(error) or type(error).__name__
 

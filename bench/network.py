@@ -1,0 +1,277 @@
+"""Over a network: the side-by-side CPU ratios with round-trip latency between client and server.
+
+The side-by-side run above is on loopback, where a round trip costs next to nothing. Here the
+main contenders drain the same queue through bench/latency.py, a TCP proxy in its own process
+that holds every chunk D ms in each direction (one-way delay D, so a round trip of 2 x D) and
+keeps one upstream connection per client connection: keep-alive holds end to end, and
+"connections" counts the TCP connections each contender opened. This kernel has no netem, so
+the proxy is the network. Each contender runs once per delay, against a fresh
+`lease-worker serve-sqs`, measured as in the side-by-side section (the clock and CPU from the
+first receive to the empty queue; requests from the endpoint's `/_stats`). The proxy's CPU is
+read apart and is never counted as the contender's.
+
+With 10 messages held at once and two round trips per batch (receive, then delete), a
+consumer that waits for its delete before the next receive is bound by latency, not by CPU:
+about 10 / (2 x RTT) messages per second (the "bound" column), for everyone. So msgs/s shows
+how a contender overlaps its calls, and CPU per message is the figure to compare: the claim
+checked here is that the client-side CPU saving measured on loopback holds with real round
+trips in the path. Fewer messages are drained at the longest delay, where draining is slowest.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from bench import side_by_side
+from bench._harness import _free_port, started
+from bench.peers import contenders as peers
+from bench.peers.contenders import Contender
+from bench.side_by_side import Row
+
+#: One-way delays in ms: the proxy alone, then round trips of 2 and 10 ms.
+DELAYS_MS = (0.0, 1.0, 5.0)
+#: Who runs: lease-worker plain and with both performance options, the fastest peer (by
+#: the side-by-side run), the floor of any aiobotocore client.
+NAMES = (
+    "lease-worker",
+    "lease-worker, lean path, uvloop",
+    "aws-sqs-consumer",
+    "floor: raw aiobotocore loop",
+)
+PEER = "aws-sqs-consumer"
+FLOOR = "floor: raw aiobotocore loop"
+
+
+@dataclass(frozen=True, slots=True)
+class Proxied:
+    """A running bench/latency.py: what bench/_harness.py's `Hop` asks for."""
+
+    url: str
+    pid: int
+
+
+@dataclass(slots=True)
+class Proxy:
+    """Starts bench/latency.py in front of an endpoint (a `Via`), and keeps how many
+    connections it accepted for each run."""
+
+    delay_ms: float
+    #: Connections accepted in each run, in order.
+    connections: list[int] = field(default_factory=list)
+
+    @contextmanager
+    def __call__(self, upstream: str) -> Iterator[Proxied]:
+        port = _free_port()
+        target = upstream.removeprefix("http://")
+        with tempfile.TemporaryDirectory() as folder:
+            stats = Path(folder) / "stats.json"
+            command = [sys.executable, "-m", "bench.latency", "--listen", str(port)]
+            command += ["--to", target, "--delay-ms", str(self.delay_ms), "--stats", str(stats)]
+            with started(command, env={}) as process:
+                if not process.ready.wait(30):
+                    raise RuntimeError(f"the proxy did not start: {process.stderr_tail()}")
+                yield Proxied(f"http://127.0.0.1:{port}", process.pid)
+                self.connections.append(_accepted(stats))
+
+
+def _accepted(stats: Path) -> int:
+    try:
+        return int(json.loads(stats.read_text())["connections"])
+    except (OSError, ValueError, KeyError):
+        return 0  # no file: no connection was ever accepted
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One contender at one delay: its row (or why it was not measured), its connections."""
+
+    delay_ms: float
+    row: Row
+    connections: int = 0
+
+    @property
+    def name(self) -> str:
+        return self.row.contender.name
+
+    @property
+    def measured(self) -> bool:
+        return self.row.failure is None and self.row.rate > 0
+
+    @property
+    def cpu_ms(self) -> float:
+        return 1000 * self.row.worker_cpu_s / self.row.messages
+
+
+def messages_at(delay_ms: float, messages: int) -> int:
+    """`messages` with no delay or 1 ms, half as many at 5 ms (at least 50): the drain is
+    latency-bound there, and CPU per message needs no more to be read to 3 figures."""
+    return messages if delay_ms < 5 else max(50, messages // 2)
+
+
+def _contenders() -> list[Contender]:
+    every = {c.name: c for c in peers.contenders()}
+    return [every[name] for name in NAMES]
+
+
+def run(messages: int, delays_ms: tuple[float, ...] = DELAYS_MS) -> list[Run]:
+    """Every contender through the proxy at every delay (delays in the outer loop)."""
+    trouble = peers.install()
+    if trouble:
+        print(f"network: PEERS NOT (ALL) INSTALLED: {trouble}", file=sys.stderr)
+    versions = peers.versions()
+    runs: list[Run] = []
+    for delay_ms in delays_ms:
+        count = messages_at(delay_ms, messages)
+        for contender in _contenders():
+            proxy = Proxy(delay_ms)
+            got = side_by_side.attempt(contender, count, via=proxy)
+            version = versions.get(contender.name, "?")
+            if isinstance(got, str):
+                print(f"network: {contender.name} at {delay_ms:g} ms: {got}", file=sys.stderr)
+                runs.append(Run(delay_ms, Row(contender, version, count, failure=got)))
+                continue
+            row = replace(got, version=version)
+            runs.append(Run(delay_ms, row, sum(proxy.connections)))
+            print(
+                f"network: {delay_ms:g} ms: {contender.name}: {got.rate:,.0f} msgs/s, "
+                f"{1000 * got.worker_cpu_s / count:.3f} ms CPU/msg",
+                file=sys.stderr,
+            )
+    return runs
+
+
+# -- the report -----------------------------------------------------------------------------
+
+
+def bound(delay_ms: float) -> float | None:
+    """10 messages per two round trips, in msgs/s; None with no added delay."""
+    rtt_s = 2 * delay_ms / 1000
+    return 10 / (2 * rtt_s) if rtt_s > 0 else None
+
+
+def _rtt(delay_ms: float) -> str:
+    return f"{2 * delay_ms:g} ms"
+
+
+def table(runs: list[Run]) -> list[str]:
+    lines = [
+        "| RTT added | contender | msgs/s (bound) | worker CPU ms/msg | proxy CPU ms/msg | "
+        "server CPU ms/msg | requests/msg | connections |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for run_ in runs:
+        row = run_.row
+        if not run_.measured:
+            reason = (row.failure or "nothing drained").replace("|", "/")
+            lines.append(
+                f"| {_rtt(run_.delay_ms)} | {run_.name} | | | | | | **not measured**: {reason} |"
+            )
+            continue
+        limit = bound(run_.delay_ms)
+        said = f" ({limit:,.0f})" if limit is not None else ""
+        lines.append(
+            f"| {_rtt(run_.delay_ms)} | {run_.name} | {row.rate:,.0f}{said} | "
+            f"{run_.cpu_ms:.3f} | {1000 * row.hop_cpu_s / row.messages:.3f} | "
+            f"{1000 * row.server_cpu_s / row.messages:.3f} | "
+            f"{row.requests_per_message:.3f} | {run_.connections} |"
+        )
+    return lines
+
+
+def _find(runs: list[Run], delay_ms: float, name: str) -> Run | None:
+    return next((r for r in runs if r.delay_ms == delay_ms and r.name == name and r.measured), None)
+
+
+def ratio_rows(runs: list[Run]) -> list[tuple[float, Run, Run, Run]]:
+    """(delay, ours, the peer, the floor) wherever all three were measured."""
+    found = []
+    for ours in runs:
+        if not ours.name.startswith("lease-worker") or not ours.measured:
+            continue
+        peer, floor = _find(runs, ours.delay_ms, PEER), _find(runs, ours.delay_ms, FLOOR)
+        if peer is not None and floor is not None:
+            found.append((ours.delay_ms, ours, peer, floor))
+    return found
+
+
+def ratios(runs: list[Run]) -> list[str]:
+    """Per delay, each lease-worker row against the peer and the floor (above 1: ours
+    does better)."""
+    found = ratio_rows(runs)
+    if not found:
+        return [f"(no ratios: lease-worker, {PEER} or the floor went unmeasured)"]
+    lines = [
+        f"| RTT added | lease-worker | {PEER}'s CPU/msg ÷ ours | msgs/s ÷ {PEER} | "
+        "the floor's CPU/msg ÷ ours | msgs/s ÷ the floor |",
+        "| ---: | --- | ---: | ---: | ---: | ---: |",
+    ]
+    for delay_ms, ours, peer, floor in found:
+        lines.append(
+            f"| {_rtt(delay_ms)} | {ours.name} | **{peer.cpu_ms / ours.cpu_ms:.2f}** | "
+            f"{ours.row.rate / peer.row.rate:.2f} | **{floor.cpu_ms / ours.cpu_ms:.2f}** | "
+            f"{ours.row.rate / floor.row.rate:.2f} |"
+        )
+    return lines
+
+
+def goals(runs: list[Run]) -> list[str]:
+    """Rows for the goals table: the CPU ratios at the longest delay measured."""
+    found = ratio_rows(runs)
+    if not found:
+        return ["| Over a network: CPU/msg against the peer and the floor | not measured | | |"]
+    longest = max(delay for delay, *_ in found)
+    lines = []
+    for delay_ms, ours, peer, floor in found:
+        if delay_ms != longest:
+            continue
+        for ref, target in ((peer, side_by_side.GOAL), (floor, 1.0)):
+            value = ref.cpu_ms / ours.cpu_ms
+            met = "yes" if value >= target else "**no**"
+            lines.append(
+                f"| {ours.name}, RTT {_rtt(delay_ms)} through a proxy: {ref.name}'s CPU/msg "
+                f"÷ ours | {value:.2f} | ≥ {target} | {met} |"
+            )
+    return lines
+
+
+def section(runs: list[Run]) -> list[str]:
+    settings = [f"- {c.name}: {c.settings}" for c in _contenders()]
+    return [
+        _body(__doc__),
+        "",
+        *table(runs),
+        "",
+        "Ratios at each delay, measured side by side in this run (CPU per message of the "
+        "contender's process tree; above 1: lease-worker does better):",
+        "",
+        *ratios(runs),
+        "",
+        "Settings, as in the side-by-side section:",
+        "",
+        *settings,
+    ]
+
+
+def _body(docstring: str | None) -> str:
+    return (docstring or "").strip().partition("\n")[2].strip()
+
+
+def main() -> None:
+    """`python -m bench.network [--messages N]`: this section alone, printed as markdown
+    (`python -m bench.report` runs it with the rest)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--messages", type=int, default=3_000)
+    args = parser.parse_args()
+    print("\n".join(section(run(args.messages))))
+
+
+if __name__ == "__main__":
+    main()

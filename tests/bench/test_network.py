@@ -1,0 +1,106 @@
+"""bench/network.py: its tables on made-up figures, and one tiny drain through the proxy.
+
+The whole section, peers included, runs in tests/bench/test_bench_smoke.py
+(`bench.report --smoke`, at one delay); here the machinery: a contender reaches the endpoint
+only through the proxy, on persistent connections, and the proxy's CPU is read apart.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from bench import network, side_by_side
+from bench.network import Run
+from bench.peers import contenders as peers
+from bench.side_by_side import Row
+
+MESSAGES = 1_000
+
+
+def _run(delay_ms: float, name: str, rate: float, cpu_ms: float, failure: str | None = None) -> Run:
+    contender = next(c for c in peers.contenders() if c.name == name)
+    row = Row(
+        contender,
+        "1.0",
+        MESSAGES,
+        wall_s=MESSAGES / rate if rate else 0.0,
+        worker_cpu_s=cpu_ms * MESSAGES / 1000,
+        server_cpu_s=0.05,
+        hop_cpu_s=0.02,
+        requests=Counter({"ReceiveMessage": 101, "DeleteMessageBatch": 100}),
+        failure=failure,
+    )
+    return Run(delay_ms, row, connections=0 if failure else 1)
+
+
+def _runs() -> list[Run]:
+    return [
+        _run(0, "lease-worker, lean path, uvloop", 6_000, 0.100),
+        _run(0, "aws-sqs-consumer", 5_000, 0.180),
+        _run(0, "floor: raw aiobotocore loop", 4_500, 0.170),
+        _run(5, "lease-worker", 450, 0.250),
+        _run(5, "lease-worker, lean path, uvloop", 480, 0.120),
+        _run(5, "aws-sqs-consumer", 400, 0.200),
+        _run(5, "floor: raw aiobotocore loop", 0, 0, failure="exited with status 1"),
+        _run(1, "lease-worker", 1_500, 0.200),
+        _run(1, "aws-sqs-consumer", 1_200, 0.320),
+        _run(1, "floor: raw aiobotocore loop", 1_250, 0.150),
+    ]
+
+
+def test_the_latency_bound_is_ten_messages_per_two_round_trips() -> None:
+    assert network.bound(0) is None
+    assert network.bound(1) == pytest.approx(2_500)
+    assert network.bound(5) == pytest.approx(500)
+
+
+def test_ratios_pair_each_of_ours_with_the_peer_and_floor_at_the_same_delay() -> None:
+    lines = network.ratios(_runs())
+    # At 5 ms the floor failed: no ratios there; at 0 and 1 ms one row of ours each.
+    assert lines[2:] == [
+        # 0.180 / 0.100, 6,000 / 5,000, 0.170 / 0.100, 6,000 / 4,500.
+        "| 0 ms | lease-worker, lean path, uvloop | **1.80** | 1.20 | **1.70** | 1.33 |",
+        # 0.320 / 0.200, 1,500 / 1,200, 0.150 / 0.200, 1,500 / 1,250.
+        "| 2 ms | lease-worker | **1.60** | 1.25 | **0.75** | 1.20 |",
+    ]
+
+
+def test_the_table_shows_the_bound_the_proxy_and_why_a_row_is_missing() -> None:
+    lines = network.table(_runs())
+    assert len(lines) == 2 + 10
+    assert "| 10 ms | lease-worker | 450 (500) | 0.250 | 0.020 | 0.050 | 0.201 | 1 |" in lines
+    assert "| 0 ms | aws-sqs-consumer | 5,000 | 0.180 | 0.020 | 0.050 | 0.201 | 1 |" in lines
+    assert any("**not measured**: exited with status 1" in line for line in lines)
+
+
+def test_the_goals_rows_are_at_the_longest_delay_with_all_three_measured() -> None:
+    assert network.goals(_runs()) == [
+        "| lease-worker, RTT 2 ms through a proxy: aws-sqs-consumer's CPU/msg ÷ ours | 1.60 | "
+        "≥ 1.5 | yes |",
+        "| lease-worker, RTT 2 ms through a proxy: floor: raw aiobotocore loop's CPU/msg ÷ ours "
+        "| 0.75 | ≥ 1.0 | **no** |",
+    ]
+    assert "not measured" in network.goals(_runs()[:2])[0]
+    assert "no ratios" in network.ratios([])[0]
+
+
+def test_fewer_messages_at_the_longest_delay() -> None:
+    assert [network.messages_at(d, 6_000) for d in network.DELAYS_MS] == [6_000, 6_000, 3_000]
+    assert network.messages_at(5, 60) == 50
+
+
+@pytest.mark.process
+def test_the_floor_drains_through_the_proxy_on_one_connection() -> None:
+    floor = next(c for c in peers.contenders() if c.name == network.FLOOR)
+    proxy = network.Proxy(delay_ms=5)
+    row = side_by_side.measure(floor, 30, via=proxy)
+    assert row.failure is None
+    assert (row.requests["ReceiveMessage"], row.requests["DeleteMessageBatch"]) == (3, 3)
+    # One keep-alive connection for all six calls.
+    assert proxy.connections == [1]
+    # From the first receive at the server to the last delete there: the first answer and
+    # delete (10 ms), then two more batches of two round trips each (2 x 20 ms).
+    assert row.wall_s >= 0.050
+    assert row.hop_cpu_s >= 0.0
