@@ -200,6 +200,16 @@ def ratio_rows(runs: list[Run]) -> list[tuple[float, Run, Run, Run]]:
     return found
 
 
+def _cpu_ratio(theirs: Run, ours: Run) -> float | None:
+    """Their CPU per message over ours; None when ours read 0 (under one clock tick of
+    /proc's accounting, as at smoke size)."""
+    return theirs.cpu_ms / ours.cpu_ms if ours.cpu_ms > 0 else None
+
+
+def _bold(value: float | None) -> str:
+    return f"**{value:.2f}**" if value is not None else "n/a"
+
+
 def ratios(runs: list[Run]) -> list[str]:
     """Per delay, each lease-worker row against the peer and the floor (above 1: ours
     does better)."""
@@ -213,8 +223,8 @@ def ratios(runs: list[Run]) -> list[str]:
     ]
     for delay_ms, ours, peer, floor in found:
         lines.append(
-            f"| {_rtt(delay_ms)} | {ours.name} | **{peer.cpu_ms / ours.cpu_ms:.2f}** | "
-            f"{ours.row.rate / peer.row.rate:.2f} | **{floor.cpu_ms / ours.cpu_ms:.2f}** | "
+            f"| {_rtt(delay_ms)} | {ours.name} | {_bold(_cpu_ratio(peer, ours))} | "
+            f"{ours.row.rate / peer.row.rate:.2f} | {_bold(_cpu_ratio(floor, ours))} | "
             f"{ours.row.rate / floor.row.rate:.2f} |"
         )
     return lines
@@ -231,11 +241,12 @@ def goals(runs: list[Run]) -> list[str]:
         if delay_ms != longest:
             continue
         for ref, target in ((peer, side_by_side.GOAL), (floor, 1.0)):
-            value = ref.cpu_ms / ours.cpu_ms
-            met = "yes" if value >= target else "**no**"
+            value = _cpu_ratio(ref, ours)
+            shown = f"{value:.2f}" if value is not None else "n/a"
+            met = "n/a" if value is None else "yes" if value >= target else "**no**"
             lines.append(
                 f"| {ours.name}, RTT {_rtt(delay_ms)} through a proxy: {ref.name}'s CPU/msg "
-                f"÷ ours | {value:.2f} | ≥ {target} | {met} |"
+                f"÷ ours | {shown} | ≥ {target} | {met} |"
             )
     return lines
 

@@ -104,3 +104,17 @@ def test_the_floor_drains_through_the_proxy_on_one_connection() -> None:
     # delete (10 ms), then two more batches of two round trips each (2 x 20 ms).
     assert row.wall_s >= 0.050
     assert row.hop_cpu_s >= 0.0
+
+
+def test_a_cpu_time_under_one_clock_tick_gives_no_ratio_instead_of_a_crash() -> None:
+    # At smoke size a contender's CPU can read 0 (/proc counts in 10 ms ticks).
+    runs = [
+        _run(5, "lease-worker", 480, 0.0),
+        _run(5, "aws-sqs-consumer", 490, 0.200),
+        _run(5, "floor: raw aiobotocore loop", 495, 0.200),
+    ]
+    assert network.ratios(runs)[2] == "| 10 ms | lease-worker | n/a | 0.98 | n/a | 0.97 |"
+    assert [line.split(" | ")[1:] for line in network.goals(runs)] == [
+        ["n/a", "≥ 1.5", "n/a |"],
+        ["n/a", "≥ 1.0", "n/a |"],
+    ]
