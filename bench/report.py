@@ -47,9 +47,11 @@ class Sizes:
     scale: int
     long_handlers: int
     side_by_side: int
-    #: Over a network: messages per contender (half at the longest delay), and the delays.
+    #: Over a network: messages per contender (half at the longest delay), the delays, and
+    #: rounds of each contender at each delay.
     network: int
     network_delays_ms: tuple[float, ...]
+    network_rounds: int
     smq_leases: int
     smq_rounds: int
     #: The profile: the engine drain and the worker over SQS.
@@ -65,8 +67,9 @@ FULL = Sizes(
     scale=100_000,
     long_handlers=400,
     side_by_side=20_000,
-    network=6_000,
+    network=network.MESSAGES,
     network_delays_ms=network.DELAYS_MS,
+    network_rounds=network.ROUNDS,
     smq_leases=1_000,
     smq_rounds=3,
     profile=100_000,
@@ -81,6 +84,7 @@ SMOKE = Sizes(
     side_by_side=200,
     network=100,
     network_delays_ms=(5.0,),
+    network_rounds=1,
     smq_leases=50,
     smq_rounds=1,
     profile=1_000,
@@ -196,7 +200,10 @@ def measure_all(sizes: Sizes, out: Path, command: str) -> Figures:
             ),
         ),
         long_rows=_timed("long handlers", lambda: long_handlers.run(sizes.long_handlers)),
-        network=_timed("network", lambda: network.run(sizes.network, sizes.network_delays_ms)),
+        network=_timed(
+            "network",
+            lambda: network.run(sizes.network, sizes.network_delays_ms, sizes.network_rounds),
+        ),
         smq=_timed(
             "smq renewals",
             lambda: smq_renewals.measure(sizes.smq_leases, sizes.smq_rounds, runtime=sizes.full),

@@ -118,3 +118,13 @@ def test_a_cpu_time_under_one_clock_tick_gives_no_ratio_instead_of_a_crash() -> 
         ["n/a", "≥ 1.5", "n/a |"],
         ["n/a", "≥ 1.0", "n/a |"],
     ]
+
+
+def test_each_contender_keeps_its_least_cpu_round_or_its_failure() -> None:
+    rounds = [_run(5, "lease-worker", 450, 0.300), _run(5, "lease-worker", 440, 0.250)]
+    kept = network.keep(rounds)
+    assert kept.cpu_ms == pytest.approx(0.250)
+    assert kept.rounds_cpu_ms == pytest.approx((0.300, 0.250))
+    assert "| **0.250** (0.300 / 0.250) |" in network.table([kept])[2]
+    failed = _run(5, "lease-worker", 0, 0, failure="did not drain in 30 s")
+    assert network.keep([rounds[0], failed]) is failed
