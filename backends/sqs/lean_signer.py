@@ -1,19 +1,20 @@
 """`RequestSigner`: the lean path's SigV4 headers, made by botocore's `SigV4Auth`.
 
 Signing an SQS call through botocore's `AWSRequest` cost about as much CPU as the rest of
-the lean call together: its headers object is an `email.message.Message` (every set and
-read sanitised, every name lower-cased again), and `SigV4Auth` reads `request.body`,
-which prepares the whole request anew (twice a call counting the header map it builds
-twice). So `SigV4Auth.add_auth` is handed a lighter request instead: a plain object with
-the attributes the signer reads and a plain dictionary of headers, and the signer's
-`headers_to_sign` builds a plain dictionary with `get_all` rather than botocore's
+the lean call together (docs/profile.md: `_sanitize_header`, `__setitem__`, `get_all`): its
+headers object is an `email.message.Message` (every set and read sanitised, names
+lower-cased again and again), `SigV4Auth.headers_to_sign` builds another one twice per
+signature, and reading `request.body` prepares the whole request anew. So
+`SigV4Auth.add_auth` is handed a lighter request: a plain object with the attributes the
+signer reads, its headers a plain dictionary, its body the bytes; and the signer's
+`headers_to_sign` builds a dictionary with `get_all` rather than botocore's
 `HTTPHeaders`. Rules this module keeps:
 - Everything else is botocore's own: the timestamp, the canonical request, the payload
   hash, the string to sign, the key derivation and signature, the security-token and
   `Authorization` headers.
 - `headers_to_sign` selects what botocore's does: every header but botocore's unsigned
   ones (`SIGNED_HEADERS_BLACKLIST`), by lower-cased name, plus `host` as botocore derives it
-  from the URL (computed once, by botocore's `_host_from_url`).
+  from the URL (asked of botocore's `headers_to_sign` once, at construction).
 - The headers of one request have distinct names (this module writes them all), which is
   what lets a dictionary stand for botocore's multi-valued map.
 - Tests compare every signed header with what `SigV4Auth` makes of the same request as an
@@ -25,7 +26,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from botocore.auth import SIGNED_HEADERS_BLACKLIST, SigV4Auth, _host_from_url
+from botocore.auth import SIGNED_HEADERS_BLACKLIST, SigV4Auth
+from botocore.awsrequest import AWSRequest
 from botocore.credentials import ReadOnlyCredentials
 
 from backends.sqs import lean_wire
@@ -84,7 +86,10 @@ class RequestSigner:
 
     def __init__(self, url: str, region: str, signing_name: str) -> None:
         self._url = url
-        self._host: str = _host_from_url(url)
+        # botocore's own host header for this URL (lower-cased, default port left out),
+        # derived once by its own header selection over an empty request.
+        host = SigV4Auth(None, signing_name, region).headers_to_sign(AWSRequest(url=url))
+        self._host: str = host["host"]
         self._region = region
         self._signing_name = signing_name
 
