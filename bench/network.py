@@ -51,7 +51,7 @@ NAMES = (
     "floor: raw aiobotocore loop",
 )
 #: The full-size run: messages per contender (half from 5 ms on), and rounds of each.
-MESSAGES = 4_000
+MESSAGES = 3_000
 ROUNDS = 2
 PEER = "aws-sqs-consumer"
 FLOOR = "floor: raw aiobotocore loop"
