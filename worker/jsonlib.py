@@ -5,7 +5,9 @@ orjson parses a small body in a fortieth of `json.loads`'s time (0.02 µs agains
 `{}`, 0.5 against 1.9 for a 200-byte order), but differs in three places, so it is used only
 where it agrees:
 - An integer beyond 64 bits becomes a float (precision lost): a body with a run of 19 or
-  more digits goes to `json.loads`.
+  more ASCII digits goes to `json.loads`. The run is found by turning every byte of the
+  UTF-8 text into a space or a "0" and looking for nineteen "0"s: 1.6 us over 3 kB, where a
+  regular expression took 26 us, more than orjson's whole parse (7) and json.loads' (17).
 - `NaN`, `Infinity`, a number too large for a double, and a lone surrogate are errors in
   orjson but values in `json`: any orjson error is decided again by `json.loads`, whose
   result or `json.JSONDecodeError` (with its message and position) is the answer.
@@ -19,18 +21,29 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["LIBRARY", "loads"]
+__all__ = ["LIBRARY", "has_long_digits", "loads", "loads_utf8"]
 
-#: An integer orjson would turn into a float (2**63 has 19 digits); also matches inside a
+#: Every byte but an ASCII digit as a space, every digit as "0" (UTF-8's multi-byte
+#: sequences have no byte in 0x30-0x39, so only real digits count).
+_DIGITS = bytes(0x30 if 0x30 <= byte <= 0x39 else 0x20 for byte in range(256))
+#: An integer orjson would turn into a float (2**63 has 19 digits); also found inside a
 #: string or a long mantissa, which then merely takes the slower path.
-_LONG_DIGITS = re.compile(r"\d{19}")
+_LONG_DIGITS = b"0" * 19
 
 
-def _orjson_loads() -> Callable[[str], Any] | None:
+def has_long_digits(data: bytes) -> bool:
+    """True if `data` has a run of 19 or more ASCII digits."""
+    return data.translate(_DIGITS).find(_LONG_DIGITS) >= 0
+
+
+def _json_loads_utf8(data: bytes) -> Any:
+    return json.loads(data.decode("utf-8"))
+
+
+def _orjson_loaders() -> tuple[Callable[[str], Any], Callable[[bytes], Any]] | None:
     if os.environ.get("LEASE_WORKER_JSON", "").strip().lower() == "json":
         return None
     try:
@@ -40,20 +53,32 @@ def _orjson_loads() -> Callable[[str], Any] | None:
     fast = orjson.loads
     error = orjson.JSONDecodeError
     slow = json.loads
-    long_digits = _LONG_DIGITS.search
 
     def loads(body: str) -> Any:
-        if long_digits(body) is not None:
+        # surrogatepass: a lone surrogate is orjson's error, then json.loads' to decide.
+        if has_long_digits(body.encode("utf-8", "surrogatepass")):
             return slow(body)
         try:
             return fast(body)
         except error:
             return slow(body)
 
-    return loads
+    def loads_utf8(data: bytes) -> Any:
+        text = data.decode("utf-8")  # as botocore reads an answer: a bad byte is an error
+        if has_long_digits(data):
+            return slow(text)
+        try:
+            return fast(text)
+        except error:
+            return slow(text)
+
+    return loads, loads_utf8
 
 
-_FAST = _orjson_loads()
+_FAST = _orjson_loaders()
 #: What decodes bodies: "orjson" or "json".
 LIBRARY = "json" if _FAST is None else "orjson"
-loads: Callable[[str], Any] = json.loads if _FAST is None else _FAST
+#: A JSON text's value, as `json.loads` gives it (and raises its errors).
+loads: Callable[[str], Any] = json.loads if _FAST is None else _FAST[0]
+#: The same of UTF-8 bytes; a byte that is not UTF-8 raises UnicodeDecodeError (a ValueError).
+loads_utf8: Callable[[bytes], Any] = _json_loads_utf8 if _FAST is None else _FAST[1]

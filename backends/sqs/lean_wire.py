@@ -12,10 +12,9 @@ both into `worker.types` and `backends.sqs.errors` maps both failures. Rules thi
   `message` or `Message`; SQS's query-compatible code from the `x-amzn-query-error` header
   (`Code;Sender`) becomes `Code`, the JSON one `QueryErrorCode`. A 5xx whose body is empty
   or an HTML page is read by its status alone.
-- Answers are read with `json.loads`' results (which botocore's parser uses): orjson when
-  `worker.jsonlib` would use it and agrees with `json` (a cheaper test for long integers than
-  jsonlib's), else `worker.jsonlib`; requests are written by orjson when it is importable (the
-  `fast` extra), else the standard library's json.
+- Answers are read with `json.loads`' results (which botocore's parser uses), by
+  `worker.jsonlib.loads_utf8` (orjson where it agrees); requests are written by orjson when
+  it is importable (the `fast` extra), else the standard library's json.
 """
 
 from __future__ import annotations
@@ -44,14 +43,7 @@ def _json_dumps(params: Mapping[str, Any]) -> bytes:
     return json.dumps(params, separators=(",", ":"), default=_blob).encode()
 
 
-#: Every byte but an ASCII digit as a space, every digit as "0": a run of 19 digits (an
-#: integer orjson may turn into a float) is then one `find`, some twenty times quicker over
-#: a receive's answer than `worker.jsonlib`'s regular expression (2 against 44 us at 2.7 kB).
-_DIGITS = bytes(0x30 if 0x30 <= byte <= 0x39 else 0x20 for byte in range(256))
-_LONG_INTEGER = b"0" * 19
-
 _dumps: Callable[[Mapping[str, Any]], bytes]
-_orjson_loads: Callable[[str], Any] | None = None
 try:
     import orjson
 except ImportError:  # pragma: no cover - orjson is in the dev environment
@@ -62,21 +54,10 @@ else:
         return orjson.dumps(params, default=_blob)
 
     _dumps = _orjson_dumps
-    if jsonlib.LIBRARY == "orjson":  # not turned off by LEASE_WORKER_JSON=json
-        _orjson_loads = orjson.loads
 
-
-def _loads(body: bytes) -> Any:
-    """Text as botocore reads it (UTF-8; a bad byte is a ValueError), then `json.loads`'
-    values: orjson's when they are the same (`worker.jsonlib`'s rules: no run of 19 digits,
-    no orjson error), else `worker.jsonlib`'s."""
-    text = body.decode("utf-8")
-    if _orjson_loads is not None and body.translate(_DIGITS).find(_LONG_INTEGER) < 0:
-        try:
-            return _orjson_loads(text)
-        except ValueError:  # NaN, a lone surrogate...: jsonlib decides as json.loads does
-            pass
-    return jsonlib.loads(text)
+#: Text as botocore reads it (UTF-8; a bad byte is a ValueError), then `json.loads`' values
+#: (by orjson where they are the same: `worker.jsonlib`).
+_loads = jsonlib.loads_utf8
 
 
 def encode(params: Mapping[str, Any]) -> bytes:

@@ -50,6 +50,10 @@ EDGE_CASES = [
     ".5",
     "1.",
     "[" * 50 + "]" * 50,
+    '"\ud800 a lone surrogate, unescaped"',
+    '{"n": 1234567890123456789}',
+    '{"n": 123456789012345678}',
+    '["\u0661\u0662\u0663\u0664\u0665\u0666\u0667\u0668\u0669\u0660\u0661\u0662\u0663\u0664\u0665\u0666\u0667\u0668\u0669"]',
 ]
 
 
@@ -97,6 +101,33 @@ def test_random_documents_decode_as_json_does() -> None:
             cut = rng.randrange(len(text) + 1)
             text = text[:cut] + rng.choice(["", "}", ",", "x"]) + text[cut + 1 :]
         assert _outcome(jsonlib.loads, text) == _outcome(json.loads, text), text
+
+
+@pytest.mark.parametrize("text", [t for t in EDGE_CASES if "\ud800 a" not in t])
+def test_utf8_bytes_decode_as_json_does(text: str) -> None:
+    data = text.encode("utf-8")
+    assert _outcome(jsonlib.loads_utf8, data) == _outcome(json.loads, text)  # type: ignore[arg-type]
+
+
+def test_bytes_that_are_not_utf8_are_a_value_error() -> None:
+    with pytest.raises(UnicodeDecodeError):
+        jsonlib.loads_utf8(b'{"a": "\xff"}')
+
+
+@pytest.mark.parametrize(
+    ("data", "long"),
+    [
+        (b"1234567890123456789", True),
+        (b"123456789012345678", False),
+        (b'{"a": "x"}' + b"9" * 30, True),
+        (b"123456789 0123456789", False),
+        ("\u0661".encode() * 19, False),  # Arabic-Indic digits are no JSON number
+        ("1234567890\u00e9123456789".encode(), False),
+        (b"", False),
+    ],
+)
+def test_a_run_of_19_ascii_digits_is_found_and_nothing_else(data: bytes, long: bool) -> None:
+    assert jsonlib.has_long_digits(data) is long
 
 
 def test_orjson_is_used_when_installed() -> None:
