@@ -371,13 +371,14 @@ class MemoryEngine(MessageMoves):
     def _deliverer(self, visibility_s: int) -> Callable[[Message], None]:
         now = self.clock.now()
         wall_ms = self._wall_ms(now)
+        visible_at = now + visibility_s  # one float for the whole batch, not one a message
 
         def deliver(message: Message) -> None:
             message.receive_count += 1
             if message.first_receive_ms is None:
                 message.first_receive_ms = wall_ms
             message.received_at = now
-            message.visible_at = now + visibility_s
+            message.visible_at = visible_at
             message.receipt_handle = self._new_handle(message.message_id)
 
         return deliver
