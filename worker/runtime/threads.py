@@ -74,6 +74,11 @@ class DaemonThreads:
         self._executor = _OneThreadEach()
         self._running: dict[Hashable, asyncio.Future[Any]] = {}
 
+    @property
+    def any_running(self) -> bool:
+        """True while any thread runs (read before building a key for `busy`)."""
+        return bool(self._running)
+
     def busy(self, key: Hashable) -> bool:
         return key in self._running
 
