@@ -35,6 +35,7 @@ def test_bench_report_runs_at_smoke_size(tmp_path: Path) -> None:
         "## 5. Cost of long handlers",
         "## 6. SMQ: renewal cost",
         "## 7. Profile",
+        "## 8. Side by side over a network",
     ):
         assert heading in text
     assert "| asyncio |" in text  # the engine's row on asyncio's loop
