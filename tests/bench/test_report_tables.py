@@ -79,12 +79,29 @@ def test_goals_show_each_figure_against_its_target() -> None:
     timing = Timing(wall_s=1.0, cpu_s=0.5)
     engine = [engine_throughput.Result("asyncio", 40_000, Timing(1.0, 0.9), timing)]
     scale = lease_scale.Result(
-        100_000, 3, [10_000] * 3, 10_000, 0, 0.9, 5_000.0, 100_000, traced_bytes_per_message=3000
+        100_000,
+        3,
+        [10_000] * 3,
+        10_000,
+        0,
+        1.2,
+        5_000.0,
+        100_000,
+        traced_bytes_per_message=3000,
+        cli_cpu_s_per_round=0.3,
     )
     table = goals.goals_table(engine, scale, _rows())
     assert "| Engine: runtime ÷ bare tasks, on asyncio | 1.000 | ≥ 0.33 | yes |" in table
     assert any("(tracemalloc) | 2.93 KiB | ≤ 3 KiB | yes |" in line for line in table)
-    assert "| lease-worker: msgs/s ÷ aws-sqs-consumer | 0.80 | ≥ 1.5 | **no** |" in table
+    assert any("CPython's collector | 1.200 s | < 1 s | **no** |" in line for line in table)
+    assert any("`lease-worker run`'s collector | 0.300 s | < 1 s | yes |" in line for line in table)
+    # The goal is judged on the fastest one-process configuration; the default is shown.
+    lean = "| lease-worker, lean path, uvloop: "
+    assert {
+        "| lease-worker: msgs/s ÷ aws-sqs-consumer | 0.80 | (the default, for reference) | — |",
+        f"{lean}msgs/s ÷ aws-sqs-consumer | 1.20 | ≥ 1.5 | **no** |",
+        f"{lean}aws-sqs-consumer's CPU/msg ÷ ours | 1.80 | ≥ 1.5 | yes |",
+    } <= set(table)
 
 
 def test_layers_come_from_files_and_c_functions_go_to_their_callers() -> None:
