@@ -47,7 +47,7 @@ class Sizes:
     scale: int
     long_handlers: int
     side_by_side: int
-    #: Over a network: messages per contender (half at the longest delay), the delays, and
+    #: Over a network: messages per contender at each delay, the delays, and
     #: rounds of each contender at each delay.
     network: int
     network_delays_ms: tuple[float, ...]

@@ -7,32 +7,16 @@ only through the proxy, on persistent connections, and the proxy's CPU is read a
 
 from __future__ import annotations
 
-from collections import Counter
-
 import pytest
 
 from bench import network, side_by_side
 from bench.network import Run
-from bench.peers import contenders as peers
-from bench.side_by_side import Row
-
-MESSAGES = 1_000
+from tests.bench.made_up import named, row
 
 
 def _run(delay_ms: float, name: str, rate: float, cpu_ms: float, failure: str | None = None) -> Run:
-    contender = next(c for c in peers.contenders() if c.name == name)
-    row = Row(
-        contender,
-        "1.0",
-        MESSAGES,
-        wall_s=MESSAGES / rate if rate else 0.0,
-        worker_cpu_s=cpu_ms * MESSAGES / 1000,
-        server_cpu_s=0.05,
-        hop_cpu_s=0.02,
-        requests=Counter({"ReceiveMessage": 101, "DeleteMessageBatch": 100}),
-        failure=failure,
-    )
-    return Run(delay_ms, row, connections=0 if failure else 1)
+    drained = row(named(name), rate, cpu_ms, failure, hop_cpu_s=0.02)
+    return Run(delay_ms, drained, connections=0 if failure else 1)
 
 
 def _runs() -> list[Run]:
@@ -86,14 +70,14 @@ def test_the_goals_rows_are_at_the_longest_delay_with_all_three_measured() -> No
     assert "no ratios" in network.ratios([])[0]
 
 
-def test_fewer_messages_at_the_longest_delay() -> None:
-    assert [network.messages_at(d, 6_000) for d in network.DELAYS_MS] == [6_000, 6_000, 3_000]
-    assert network.messages_at(5, 60) == 50
+def test_as_many_messages_at_every_delay_and_at_least_fifty() -> None:
+    assert [network.messages_at(d, 6_000) for d in network.DELAYS_MS] == [6_000] * 3
+    assert network.messages_at(5, 20) == 50
 
 
 @pytest.mark.process
 def test_the_floor_drains_through_the_proxy_on_one_connection() -> None:
-    floor = next(c for c in peers.contenders() if c.name == network.FLOOR)
+    floor = named(network.FLOOR)
     proxy = network.Proxy(delay_ms=5)
     row = side_by_side.measure(floor, 30, via=proxy)
     assert row.failure is None
@@ -142,11 +126,16 @@ def test_the_saving_over_a_network_is_set_beside_the_saving_with_no_delay() -> N
     assert network.goals(runs)[0].endswith("| holds (≥ with no delay) | **no** |")
 
 
-def test_each_contender_keeps_its_least_cpu_round_or_its_failure() -> None:
-    rounds = [_run(5, "lease-worker", 450, 0.300), _run(5, "lease-worker", 440, 0.250)]
+def test_each_contender_keeps_its_median_cpu_round_or_its_failure() -> None:
+    rounds = [
+        _run(5, "lease-worker", 450, 0.300),
+        _run(5, "lease-worker", 440, 0.150),
+        _run(5, "lease-worker", 445, 0.250),
+    ]
     kept = network.keep(rounds)
     assert kept.cpu_ms == pytest.approx(0.250)
-    assert kept.rounds_cpu_ms == pytest.approx((0.300, 0.250))
-    assert "| **0.250** (0.300 / 0.250) |" in network.table([kept])[2]
+    assert kept.rounds_cpu_ms == pytest.approx((0.300, 0.150, 0.250))
+    assert "| **0.250** (0.300 / 0.150 / 0.250) |" in network.table([kept])[2]
+    assert network.keep(rounds[:2]).cpu_ms == pytest.approx(0.300)  # the higher middle one
     failed = _run(5, "lease-worker", 0, 0, failure="did not drain in 30 s")
     assert network.keep([rounds[0], failed]) is failed

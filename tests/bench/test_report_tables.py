@@ -6,46 +6,25 @@ import cProfile
 import json
 import pstats
 import sysconfig
-from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from bench import _profile_layers, engine_throughput, goals, lease_scale, scale_out, side_by_side
 from bench._common import Timing
-from bench.peers import contenders as peers
-from bench.peers.contenders import Contender
 from bench.side_by_side import Row
-
-MESSAGES = 1_000
-
-
-def _row(contender: Contender, rate: float, cpu_ms: float, failure: str | None = None) -> Row:
-    return Row(
-        contender,
-        "1.0",
-        MESSAGES,
-        wall_s=MESSAGES / rate if rate else 0.0,
-        worker_cpu_s=cpu_ms * MESSAGES / 1000,
-        server_cpu_s=0.05,
-        requests=Counter({"ReceiveMessage": 101, "DeleteMessageBatch": 100}),
-        failure=failure,
-    )
-
-
-def _named(name: str) -> Contender:
-    return next(c for c in peers.contenders() if c.name == name)
+from tests.bench.made_up import named, row
 
 
 def _rows() -> list[Row]:
     return [
-        _row(_named("lease-worker"), 4_000, 0.200),
-        _row(_named("lease-worker, lean path, uvloop"), 6_000, 0.100),
-        _row(_named("lease-worker, 2 processes"), 7_000, 0.210),
-        _row(_named("lease-worker, lean path, uvloop, 2 processes"), 10_000, 0.110),
-        _row(_named("aws-sqs-consumer"), 5_000, 0.180),
-        _row(_named("dramatiq-sqs"), 0, 0, failure="pip install failed"),
-        _row(_named("floor: raw aiobotocore loop"), 4_500, 0.170),
+        row(named("lease-worker"), 4_000, 0.200),
+        row(named("lease-worker, lean path, uvloop"), 6_000, 0.100),
+        row(named("lease-worker, 2 processes"), 7_000, 0.210),
+        row(named("lease-worker, lean path, uvloop, 2 processes"), 10_000, 0.110),
+        row(named("aws-sqs-consumer"), 5_000, 0.180),
+        row(named("dramatiq-sqs"), 0, 0, failure="pip install failed"),
+        row(named("floor: raw aiobotocore loop"), 4_500, 0.170),
     ]
 
 
