@@ -139,3 +139,23 @@ def test_each_contender_keeps_its_median_cpu_round_or_its_failure() -> None:
     assert network.keep(rounds[:2]).cpu_ms == pytest.approx(0.300)  # the higher middle one
     failed = _run(5, "lease-worker", 0, 0, failure="did not drain in 30 s")
     assert network.keep([rounds[0], failed]) is failed
+
+
+def test_only_the_fastest_configuration_is_judged_the_default_is_for_reference() -> None:
+    runs = [
+        _run(5, "lease-worker", 400, 0.300),
+        _run(5, "lease-worker, lean path, uvloop", 420, 0.150),
+        _run(5, "aws-sqs-consumer", 390, 0.270),
+        _run(5, "floor: raw aiobotocore loop", 395, 0.240),
+    ]
+    lines = network.goals(runs)
+    assert lines[:2] == [
+        "| lease-worker, RTT 10 ms through a proxy: aws-sqs-consumer's CPU/msg ÷ ours | 0.90 | "
+        "(the default, for reference) | — |",
+        "| lease-worker, RTT 10 ms through a proxy: floor: raw aiobotocore loop's CPU/msg ÷ ours "
+        "| 0.80 | (the default, for reference) | — |",
+    ]
+    assert [line.split(" | ")[1:] for line in lines[2:]] == [
+        ["1.80", "(for reference)", "— |"],
+        ["1.60", "≥ 1.0", "yes |"],
+    ]
