@@ -21,7 +21,6 @@ import subprocess
 import sys
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,23 +43,6 @@ Event = dict[str, Any]
 def canary(kind: str) -> str:
     # Made at run time: a traceback quotes source lines, so a canary in the source would leak.
     return f"{kind}-{uuid.uuid4().hex}"
-
-
-@pytest.fixture(autouse=True)
-def restore_logging() -> Iterator[None]:
-    """configure_logging sets process-wide state: put it back for the tests that follow."""
-    config = structlog.get_config()
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    wire = {name: logging.getLogger(name).level for name in ("botocore", "aiobotocore")}
-    yield
-    structlog.reset_defaults()
-    structlog.configure(**config)
-    root.handlers[:] = handlers
-    root.setLevel(level)
-    for name, wire_level in wire.items():
-        logging.getLogger(name).setLevel(wire_level)
-    logging.captureWarnings(False)
 
 
 def events_of(text: str, fmt: LogFormat) -> list[str]:
