@@ -54,23 +54,22 @@ def _orjson_loaders() -> tuple[Callable[[str], Any], Callable[[bytes], Any]] | N
     error = orjson.JSONDecodeError
     slow = json.loads
 
-    def loads(body: str) -> Any:
-        # surrogatepass: a lone surrogate is orjson's error, then json.loads' to decide.
-        if has_long_digits(body.encode("utf-8", "surrogatepass")):
-            return slow(body)
-        try:
-            return fast(body)
-        except error:
-            return slow(body)
-
-    def loads_utf8(data: bytes) -> Any:
-        text = data.decode("utf-8")  # as botocore reads an answer: a bad byte is an error
-        if has_long_digits(data):
+    def decided(text: str, long_digits: bool) -> Any:
+        """orjson's value where it agrees with json.loads, else json.loads' own."""
+        if long_digits:
             return slow(text)
         try:
             return fast(text)
         except error:
             return slow(text)
+
+    def loads(body: str) -> Any:
+        # surrogatepass: a lone surrogate is orjson's error, then json.loads' to decide.
+        return decided(body, has_long_digits(body.encode("utf-8", "surrogatepass")))
+
+    def loads_utf8(data: bytes) -> Any:
+        # As botocore reads an answer: a byte that is not UTF-8 is an error.
+        return decided(data.decode("utf-8"), has_long_digits(data))
 
     return loads, loads_utf8
 
