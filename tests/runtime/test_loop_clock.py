@@ -48,8 +48,8 @@ async def test_the_supervisor_binds_its_clock_for_its_run_and_unbinds_it_after()
         await harness.send("jobs", {})
         await harness.wait_for_handled(1)
         assert harness.supervisor.clock.loop is loop
-        assert harness.supervisor.executor.loop is loop
+        assert harness.supervisor.executor.clock.loop is loop
     assert seen == [loop]
     assert harness.supervisor.clock.loop is None
-    assert harness.supervisor.executor.loop is None
+    assert harness.supervisor.executor.clock.loop is None
     assert "now" not in vars(harness.supervisor.clock)

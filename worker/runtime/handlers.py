@@ -32,7 +32,7 @@ from typing import Any
 import structlog
 
 from worker.backend import Limits
-from worker.clock import Clock
+from worker.clock import LoopClock
 from worker.core.lease import Lease, LeaseState
 from worker.core.settlement import Action, Outcome, Settlement, settlement_for
 from worker.errors import DecodeError, Discard, Duplicate, Retry
@@ -64,7 +64,7 @@ class Executor:
         *,
         keeper: LeaseKeeper,
         settler: Settler,
-        clock: Clock,
+        clock: LoopClock,
         metrics: Metrics,
         limits: Limits,
         sync_threads: int,
@@ -80,12 +80,9 @@ class Executor:
         self._observers = observers
         self._log = logger or structlog.get_logger("lease_worker.handler")
         self._chains: dict[str, CallNext] = {}
-        #: The running loop, while the supervisor runs: finding a task's own task with it
-        #: skips looking the loop up (see LoopClock.bind).
-        self.loop: asyncio.AbstractEventLoop | None = None
 
     @property
-    def clock(self) -> Clock:
+    def clock(self) -> LoopClock:
         return self._clock
 
     @property
@@ -158,7 +155,9 @@ class Executor:
             if lease.cancel_reason is not None:  # lost, capped or shut down before it started
                 outcome = Outcome.LEASE_LOST if lease.lost else lease.cancel_reason
                 return outcome
-            scope = lease.scope = HandlerScope(asyncio.current_task(self.loop))
+            # The clock's loop, while the supervisor runs: the task is found without looking
+            # the loop up (LoopClock.bind).
+            scope = lease.scope = HandlerScope(asyncio.current_task(self._clock.loop))
             try:
                 # An earlier copy of this message may still run in an abandoned thread.
                 if self._threads.busy((received.queue, received.message_id)):

@@ -232,12 +232,11 @@ class Supervisor:
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         await self.prepare()
-        self.executor.loop = self.clock.bind()  # for this run, in this loop: LoopClock.bind
+        self.clock.bind()  # for this run, in this loop: LoopClock.bind
         try:
             await self._run_bound(task_status)
         finally:
             self.clock.unbind()
-            self.executor.loop = None
 
     async def _run_bound(self, task_status: TaskStatus[None]) -> None:
         # Background tasks outlive the handlers, whatever ends the run (BackgroundTasks).
