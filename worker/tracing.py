@@ -167,9 +167,10 @@ def handler_span(received: ReceivedMessage) -> AbstractContextManager[Any]:
     """A span around one handler run, continuing the message's trace; None (as the
     context's value) without OTel or without a tracer provider."""
     api = _recording()
-    if api is None:
-        return _NO_SPAN
-    _, _, trace = api
+    return _NO_SPAN if api is None else _handler_span(api[2], received)
+
+
+def _handler_span(trace: Any, received: ReceivedMessage) -> AbstractContextManager[Any]:
     span: AbstractContextManager[Any] = trace.get_tracer(_TRACER).start_as_current_span(
         f"{received.queue} process",
         context=_extract(received),
@@ -199,7 +200,8 @@ class OpenSpan:
 
 def open_handler_span(received: ReceivedMessage) -> OpenSpan | None:
     """`handler_span`, entered; None without OTel or without a tracer provider."""
-    return None if _recording() is None else OpenSpan(handler_span(received))
+    api = _recording()
+    return None if api is None else OpenSpan(_handler_span(api[2], received))
 
 
 def batch_span(queue: str, received: Sequence[ReceivedMessage]) -> AbstractContextManager[Any]:
