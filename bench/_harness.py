@@ -183,7 +183,7 @@ class Sqs:
         self._connection.close()
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
@@ -210,7 +210,7 @@ class Server:
 @contextmanager
 def server() -> Iterator[Server]:
     """A fresh `lease-worker serve-sqs` process on a free loopback port."""
-    port = _free_port()
+    port = free_port()
     command = [sys.executable, "-m", "worker", "serve-sqs", "--host", "127.0.0.1"]
     with started([*command, "--port", str(port), "--log-level", "warning"], env={}) as process:
         deadline = time.monotonic() + 30

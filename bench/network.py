@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from bench import side_by_side
-from bench._harness import _free_port, started
+from bench._harness import free_port, started
 from bench.peers import contenders as peers
 from bench.peers.contenders import Contender
 from bench.side_by_side import Row
@@ -77,7 +77,7 @@ class Proxy:
 
     @contextmanager
     def __call__(self, upstream: str) -> Iterator[Proxied]:
-        port = _free_port()
+        port = free_port()
         target = upstream.removeprefix("http://")
         with tempfile.TemporaryDirectory() as folder:
             stats = Path(folder) / "stats.json"

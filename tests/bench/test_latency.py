@@ -67,7 +67,7 @@ async def proxied(
     echo = Echo()
     server = await asyncio.start_server(echo.handle, "127.0.0.1", 0)
     echo.port = server.sockets[0].getsockname()[1]
-    port = _harness._free_port()
+    port = _harness.free_port()
     stop, ready = asyncio.Event(), asyncio.Event()
     proxy = latency.Proxy("127.0.0.1", upstream_port or echo.port, delay_s)
     async with server, asyncio.TaskGroup() as tg:
@@ -144,7 +144,7 @@ async def test_chunks_arrive_intact_and_in_order_and_an_end_of_stream_closes_bot
 
 @pytest.mark.asyncio
 async def test_an_unreachable_upstream_ends_the_client_and_the_proxy_carries_on() -> None:
-    nobody = _harness._free_port()
+    nobody = _harness.free_port()
     async with proxied(0.0, upstream_port=nobody) as (_, proxy, port):
         for _ in range(2):
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -180,7 +180,7 @@ def _threaded_echo() -> Iterator[int]:
 
 def test_the_command_delays_counts_connections_and_exits_cleanly(tmp_path: Path) -> None:
     stats = tmp_path / "stats.json"
-    port = _harness._free_port()
+    port = _harness.free_port()
     with _threaded_echo() as upstream:
         command = [sys.executable, "-m", "bench.latency", "--listen", str(port)]
         command += ["--to", f"127.0.0.1:{upstream}", "--delay-ms", "20", "--stats", str(stats)]
