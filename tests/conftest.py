@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import asyncio
 import faulthandler
+import logging
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
+import structlog
 
 from tests.moto_server import MotoServer, start_moto
 
@@ -63,6 +65,25 @@ def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> None:
 @pytest.hookimpl(optionalhook=True)
 def pytest_timeout_cancel_timer(item: pytest.Item) -> None:
     faulthandler.cancel_dump_traceback_later()
+
+
+@pytest.fixture(autouse=True)
+def restore_logging() -> Iterator[None]:
+    """Logging is process-wide state, and tests change it (the CLI's `configure_logging`,
+    an in-process `main([...])`): put it back for the tests that follow, which would
+    otherwise find, say, DEBUG filtered out."""
+    config = structlog.get_config()
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    wire = {name: logging.getLogger(name).level for name in ("botocore", "aiobotocore")}
+    yield
+    structlog.reset_defaults()
+    structlog.configure(**config)
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    for name, wire_level in wire.items():
+        logging.getLogger(name).setLevel(wire_level)
+    logging.captureWarnings(False)
 
 
 @pytest.fixture(scope="session")
