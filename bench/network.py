@@ -255,6 +255,10 @@ def _cpu_ratio(theirs: Run, ours: Run) -> float | None:
     return theirs.cpu_ms / ours.cpu_ms if ours.cpu_ms > 0 else None
 
 
+def _shown(value: float | None) -> str:
+    return f"{value:.2f}" if value is not None else "n/a"
+
+
 def _bold(value: float | None) -> str:
     return f"**{value:.2f}**" if value is not None else "n/a"
 
@@ -283,7 +287,7 @@ def _reference_rows(delay_ms: float, ours: Run, peer: Run, floor: Run) -> list[s
     """A configuration the goal is not judged on (the default): its ratios, for reference."""
     return [
         f"| {ours.name}, RTT {_rtt(delay_ms)} through a proxy: {ref.name}'s CPU/msg ÷ ours | "
-        f"{_bold(_cpu_ratio(ref, ours)).strip('*')} | (the default, for reference) | — |"
+        f"{_shown(_cpu_ratio(ref, ours))} | (the default, for reference) | — |"
         for ref in (peer, floor)
     ]
 
@@ -325,7 +329,7 @@ def goals(runs: list[Run]) -> list[str]:
             )
         for ref, target in ((peer, None), (floor, 1.0)):
             value = _cpu_ratio(ref, ours)
-            shown = f"{value:.2f}" if value is not None else "n/a"
+            shown = _shown(value)
             if target is None:
                 goal, met = "(for reference)", "—"
             else:
