@@ -20,12 +20,15 @@ and `testing` composition roots).
 
 import importlib.metadata as _metadata
 
-from worker.app import HandlerGuard, Hook, Worker, WorkerContext
+from worker.app import HandlerGuard, Worker
 from worker.backend import Backend, DeadLetterAdmin, Limits, QueueAdmin
 from worker.clock import Clock, LoopClock, ManualClock
 from worker.config import Backoff, ErrorPolicy, LeaseConfig, OnError, ShutdownConfig, WorkerConfig
 from worker.core.lease import Lease, LeaseState
 from worker.core.settlement import Outcome
+from worker.envelope.codecs import PayloadError
+from worker.envelope.large_payloads import S3Payloads
+from worker.envelope.payload_cleanup import PayloadCleanup
 from worker.errors import (
     AccessDenied,
     BackendError,
@@ -48,17 +51,14 @@ from worker.errors import (
     UnsupportedOperation,
     WorkerCrashed,
 )
-from worker.large_payloads import S3Payloads
 from worker.message import Message
 from worker.middleware import CallNext, Middleware
-from worker.outgoing import Outgoing
-from worker.payload_cleanup import PayloadCleanup
-from worker.payloads import PayloadError
-from worker.producer import Producer, Sender, SendResult
-from worker.registry import Decoder
+from worker.registry import AppSpec, Decoder, DescribesApp, Handlers, Hook, WorkerContext
 from worker.runtime.metrics import Metrics, MetricsSnapshot
 from worker.runtime.supervisor import Supervisor, run, serve
-from worker.sync_producer import SyncProducer
+from worker.sending.outgoing import Outgoing
+from worker.sending.producer import Producer, Sender, SendResult
+from worker.sending.sync_producer import SyncProducer
 from worker.types import (
     BatchResult,
     Deletion,
@@ -80,6 +80,7 @@ except _metadata.PackageNotFoundError:  # run from a checkout that was never ins
 
 __all__ = (
     "AccessDenied",
+    "AppSpec",
     "Backend",
     "BackendError",
     "Backoff",
@@ -92,6 +93,7 @@ __all__ = (
     "DecodeError",
     "Decoder",
     "Deletion",
+    "DescribesApp",
     "Discard",
     "Duplicate",
     "EntryFailure",
@@ -99,6 +101,7 @@ __all__ = (
     "FatalBackendError",
     "HandlerGuard",
     "HandlerSignal",
+    "Handlers",
     "Hook",
     "Lease",
     "LeaseConfig",

@@ -1,37 +1,25 @@
-"""`Worker`: the application object users decorate, and the context its hooks receive."""
+"""`Worker`: the application object users decorate.
+
+The runtime never imports it: it runs `Worker.spec()`, a plain `worker.registry.AppSpec`.
+`WorkerContext` and `Hook` (what hooks receive and are) live in `worker.registry` and are
+re-exported here.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from prometheus_client import CollectorRegistry
-
-from worker.backend import Backend
 from worker.config import ErrorPolicy, OnError, WorkerConfig
+from worker.envelope.large_payloads import S3Payloads
 from worker.errors import RegistrationError
-from worker.large_payloads import S3Payloads
 from worker.message import Message
 from worker.middleware import CallNext, Middleware
-from worker.registry import BatchOptions, Decoder, Registry
+from worker.registry import AppSpec, BatchOptions, Decoder, Hook, Registry, WorkerContext
 
 __all__ = ["HandlerGuard", "Hook", "Worker", "WorkerContext"]
 
 F = TypeVar("F")
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerContext:
-    """What start-up hooks and background tasks get: the backend, the metrics registry (to
-    add metrics of their own beside the worker's), and a way to ask for a shutdown."""
-
-    backend: Backend
-    registry: CollectorRegistry
-    request_shutdown: Callable[[], None]
-
-
-Hook = Callable[[WorkerContext], Coroutine[Any, Any, None]]
 
 
 @runtime_checkable
@@ -76,7 +64,8 @@ class Worker:
         self.middleware: tuple[Middleware, ...] = tuple(middleware)
         self.startup_hooks: list[Hook] = []
         self.background_tasks: list[Hook] = []
-        #: Bodies stored in S3 by a producer (`worker.large_payloads`) are fetched from here.
+        #: Bodies stored in S3 by a producer (`worker.envelope.large_payloads`) are fetched
+        #: from here.
         self.large_payloads = large_payloads
 
     def handler(
@@ -162,6 +151,16 @@ class Worker:
             return func
 
         return register
+
+    def spec(self) -> AppSpec:
+        """This app as the plain value the runtime runs (its hooks as registered so far)."""
+        return AppSpec(
+            self.name,
+            self.config,
+            self.registry,
+            tuple(self.startup_hooks),
+            tuple(self.background_tasks),
+        )
 
     def on_startup(self, hook: Hook) -> Hook:
         """Run `hook(context)` before the worker checks its queues (e.g. to create them)."""

@@ -4,36 +4,60 @@
 raises `RegistrationError` or `ConfigError` with the offending value; it returns the
 function unchanged, so it stays callable and testable on its own. The handler's signature
 says what it takes (`worker.signature`): the message, a typed payload decoded by the codec
-its annotation names (`worker.payloads`), or both; a batch handler a list of messages.
+its annotation names (`worker.envelope.codecs`), or both; a batch handler a list of messages.
+
+`AppSpec` is what the runtime runs: a plain value that describes an app (its name, config,
+handlers and hooks), which `Worker.spec()` makes; the runtime never imports the decorator
+object (`worker.app`).
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any, Protocol, TypeAlias
+
+from prometheus_client import CollectorRegistry
 
 from worker import jsonlib
-from worker.config import ErrorPolicy, OnError
+from worker.backend import Backend
+from worker.config import ErrorPolicy, OnError, WorkerConfig
+from worker.envelope.large_payloads import S3Payloads
 from worker.errors import ConfigError, RegistrationError
-from worker.large_payloads import S3Payloads
 from worker.message import Message
 from worker.middleware import Middleware
 from worker.rules import QUEUE_NAME_RULE, is_queue_name, queue_name
 from worker.signature import Binding, bind_batch, bind_single
 
 __all__ = [
+    "AppSpec",
     "BatchOptions",
     "Decoder",
+    "DescribesApp",
     "HandlerFunc",
     "HandlerSpec",
     "Registry",
+    "WorkerContext",
+    "app_spec",
     "resolve_decoder",
 ]
 
 Decoder: TypeAlias = Callable[[str], Any]
 HandlerFunc: TypeAlias = Callable[[Message], Awaitable[None]] | Callable[[Message], None]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerContext:
+    """What start-up hooks and background tasks get: the backend, the metrics registry (to
+    add metrics of their own beside the worker's), and a way to ask for a shutdown."""
+
+    backend: Backend
+    registry: CollectorRegistry
+    request_shutdown: Callable[[], None]
+
+
+Hook: TypeAlias = Callable[[WorkerContext], Coroutine[Any, Any, None]]
 
 
 def _raw(body: str) -> str:
@@ -185,3 +209,39 @@ def _check_queue(queue: object) -> None:
     # The backend would refuse the name at the first receive; refusing it here says so at import.
     if not is_queue_name(queue_name(queue)):
         raise RegistrationError(f"queue {queue!r}: a queue name has {QUEUE_NAME_RULE}")
+
+
+class Handlers(Protocol):
+    """An app's handlers by queue, as the runtime reads them (a `Registry` is one)."""
+
+    def __iter__(self) -> Iterator[HandlerSpec]: ...
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, queue: str) -> HandlerSpec: ...
+
+    @property
+    def queues(self) -> list[str]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class AppSpec:
+    """An app as the runtime sees it: a plain value, made by `Worker.spec()`: its name,
+    settings, handlers by queue, start-up hooks and background tasks."""
+
+    name: str
+    config: WorkerConfig
+    registry: Handlers
+    startup_hooks: tuple[Hook, ...] = ()
+    background_tasks: tuple[Hook, ...] = ()
+
+
+class DescribesApp(Protocol):
+    """What the runtime accepts besides an `AppSpec`: anything that makes one (a `Worker`)."""
+
+    def spec(self) -> AppSpec: ...
+
+
+def app_spec(app: AppSpec | DescribesApp) -> AppSpec:
+    """`app` as an `AppSpec` (a `Worker` describes itself with `spec()`)."""
+    return app if isinstance(app, AppSpec) else app.spec()

@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from worker.envelope.codecs import Codec, codec_for
 from worker.errors import RegistrationError
 from worker.message import Message
-from worker.payloads import Codec, codec_for
 
 __all__ = ["Binding", "bind_batch", "bind_single"]
 

@@ -11,7 +11,7 @@ from structlog.testing import capture_logs
 from tests.api.test_typed_payloads import SECRET, Address, Order, _decode
 from tests.recording import RecordingBackend
 from worker import Message, Outcome, RedrivePolicy, Worker
-from worker.payloads import PayloadError, encode
+from worker.envelope.codecs import PayloadError, encode
 from worker.testing import run_worker
 from worker.types import QueueSpec
 

@@ -17,10 +17,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
     InMemorySpanExporter,
 )
 
-import worker.tracing
+import worker.envelope.tracing
 from backends.memory import MemoryBackend
 from worker import Message, Worker
-from worker.producer import Producer
+from worker.sending.producer import Producer
 from worker.testing import run_worker
 from worker.types import QueueSpec, ReceivedMessage
 
@@ -33,7 +33,7 @@ def spans() -> Iterator[InMemorySpanExporter]:
         provider = TracerProvider()
         provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
         trace.set_tracer_provider(provider)
-    worker.tracing.forget_provider()  # a check without a provider is kept for a second
+    worker.envelope.tracing.forget_provider()  # a check without a provider is kept for a second
     _EXPORTER.clear()
     yield _EXPORTER
     _EXPORTER.clear()
@@ -120,8 +120,8 @@ def test_aws_trace_header_is_continued(spans: InMemorySpanExporter) -> None:
         receive_count=3,
         attributes={"AWSTraceHeader": header},
     )
-    with worker.tracing.handler_span(received) as span:
-        worker.tracing.set_outcome(span, "succeeded")
+    with worker.envelope.tracing.handler_span(received) as span:
+        worker.envelope.tracing.set_outcome(span, "succeeded")
     [finished] = spans.get_finished_spans()
     assert finished.context is not None and finished.parent is not None
     assert finished.context.trace_id == 0x5759E988BD862E3FE1BE46A994272793
@@ -132,22 +132,23 @@ def test_without_opentelemetry_nothing_is_injected_or_traced(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setitem(sys.modules, "opentelemetry", None)  # `import opentelemetry` fails
-    monkeypatch.setattr(worker.tracing, "_loaded", False)  # both restored after the test
-    monkeypatch.setattr(worker.tracing, "_otel", None)
-    worker.tracing.forget_provider()  # what an earlier test found is not kept
+    monkeypatch.setattr(worker.envelope.tracing, "_loaded", False)  # both restored after the test
+    monkeypatch.setattr(worker.envelope.tracing, "_otel", None)
+    worker.envelope.tracing.forget_provider()  # what an earlier test found is not kept
     tracer = trace.get_tracer("checkout")
     with tracer.start_as_current_span("checkout"):
-        assert worker.tracing.inject() == {}
+        assert worker.envelope.tracing.inject() == {}
     received = ReceivedMessage(
         queue="q", message_id="m", receipt_handle="h", body="", receive_count=1
     )
-    with worker.tracing.handler_span(received) as span:
+    with worker.envelope.tracing.handler_span(received) as span:
         assert span is None
 
 
 def test_importing_the_worker_imports_neither_opentelemetry_nor_pydantic() -> None:
     code = (
-        "import sys, worker, worker.producer, worker.sync_producer, worker.tracing; "
+        "import sys, worker, worker.sending.producer, worker.sending.sync_producer, "
+        "worker.envelope.tracing; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('opentelemetry', 'pydantic')))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -185,7 +186,7 @@ def test_with_the_api_but_no_tracer_provider_no_span_is_made() -> None:
     # The API alone (often installed by another package) made a no-op span per message:
     # 27 us each, a quarter of the engine's throughput (bench.engine_throughput).
     code = (
-        "from worker.tracing import handler_span\n"
+        "from worker.envelope.tracing import handler_span\n"
         "from worker.types import ReceivedMessage\n"
         "m = ReceivedMessage(queue='q', message_id='1', receipt_handle='h', body='b',"
         " receive_count=1)\n"

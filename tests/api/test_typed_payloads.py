@@ -8,7 +8,7 @@ from typing import Any, TypedDict
 import pytest
 
 from worker import Message, RegistrationError, Worker
-from worker.payloads import PayloadError, codec_for, encode
+from worker.envelope.codecs import PayloadError, codec_for, encode
 
 SECRET = "4111-1111-1111-1111"  # a body value that must never reach a log
 

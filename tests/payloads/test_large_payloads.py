@@ -15,11 +15,11 @@ from structlog.testing import capture_logs
 from backends.memory import MemoryBackend
 from tests.moto_server import MOTO_ACCESS_KEY, MOTO_REGION, MOTO_SECRET_KEY, MotoServer
 from worker import Message, Outcome, Worker, WorkerConfig
+from worker.envelope.large_payloads import POINTER_CLASS, S3Payloads
+from worker.envelope.payload_cleanup import PayloadCleanup
 from worker.errors import MessageRejected
-from worker.large_payloads import POINTER_CLASS, S3Payloads
-from worker.outgoing import Outgoing
-from worker.payload_cleanup import PayloadCleanup
-from worker.producer import Producer
+from worker.sending.outgoing import Outgoing
+from worker.sending.producer import Producer
 from worker.testing import run_worker
 from worker.types import MessageAttribute, OutgoingMessage, QueueSpec
 

@@ -10,11 +10,11 @@ import pytest
 
 from backends.memory import MemoryBackend
 from tests.producer.sending import SendingBackend
+from worker.envelope.codecs import codec_for
 from worker.errors import MessageRejected, SendFailed, TransientBackendError
-from worker.outgoing import AttributeValue, Outgoing
-from worker.payloads import codec_for
-from worker.producer import Producer
-from worker.sync_producer import SyncProducer
+from worker.sending.outgoing import AttributeValue, Outgoing
+from worker.sending.producer import Producer
+from worker.sending.sync_producer import SyncProducer
 from worker.types import EntryFailure, MessageAttribute, QueueSpec
 
 LOOPTIME = pytest.mark.looptime

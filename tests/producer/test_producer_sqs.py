@@ -11,7 +11,7 @@ import pytest
 from backends.sqs import SqsBackend
 from tests.moto_server import MOTO_ACCESS_KEY, MOTO_REGION, MOTO_SECRET_KEY, MotoServer
 from worker import MessageAttribute, Outgoing, Producer
-from worker.payloads import codec_for
+from worker.envelope.codecs import codec_for
 from worker.types import QueueSpec, ReceivedMessage
 
 pytestmark = pytest.mark.asyncio

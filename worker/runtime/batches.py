@@ -29,12 +29,12 @@ import structlog
 
 from worker.core.lease import Lease
 from worker.core.settlement import Outcome
+from worker.envelope.tracing import batch_span, set_outcome
 from worker.errors import BatchFailure, DecodeError, Discard, Retry
 from worker.message import Message
 from worker.registry import HandlerSpec
 from worker.runtime.handler_tasks import HandlerTasks
 from worker.runtime.handlers import Executor, decode, fetch
-from worker.tracing import batch_span, set_outcome
 from worker.types import ReceivedMessage
 
 __all__ = ["Batches"]

@@ -35,11 +35,12 @@ from worker.backend import Limits
 from worker.clock import LoopClock
 from worker.core.lease import Lease, LeaseState
 from worker.core.settlement import Action, Outcome, Settlement, settlement_for
+from worker.envelope.codecs import PayloadError
+from worker.envelope.large_payloads import MissingPayload
+from worker.envelope.tracing import open_handler_span
 from worker.errors import DecodeError, Discard, Duplicate, Retry
-from worker.large_payloads import MissingPayload
 from worker.message import Message
 from worker.middleware import CallNext, build_chain
-from worker.payloads import PayloadError
 from worker.registry import HandlerSpec
 from worker.runtime.lease_keeper import LeaseKeeper
 from worker.runtime.log_context import bind_message
@@ -47,7 +48,6 @@ from worker.runtime.metrics import Metrics
 from worker.runtime.scope import HandlerScope
 from worker.runtime.settler import Settler
 from worker.runtime.threads import DaemonThreads
-from worker.tracing import open_handler_span
 from worker.types import ReceivedMessage
 
 __all__ = ["Executor", "Observer", "decode", "fetch"]

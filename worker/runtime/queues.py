@@ -13,7 +13,6 @@ from typing import Any
 
 import anyio
 
-from worker.app import Worker
 from worker.backend import Backend, QueueAdmin
 from worker.clock import Clock
 from worker.config import WorkerConfig
@@ -24,6 +23,7 @@ from worker.errors import (
     QueueNotFound,
     TransientBackendError,
 )
+from worker.registry import AppSpec, DescribesApp, app_spec
 from worker.runtime.calls import as_backend_error, call_by
 from worker.types import QueueInfo, QueueSpec
 
@@ -33,9 +33,10 @@ __all__ = ["STARTUP_CALL_TIMEOUTS", "create_missing_queues", "queue_info_at_star
 STARTUP_CALL_TIMEOUTS = 12
 
 
-async def create_missing_queues(app: Worker, backend: Backend) -> None:
+async def create_missing_queues(app: AppSpec | DescribesApp, backend: Backend) -> None:
     """Create every queue `app` has a handler for that `backend` does not have yet, with the
     app's visibility as the queue's VisibilityTimeout."""
+    app = app_spec(app)
     if not isinstance(backend, QueueAdmin):
         raise ConfigError(f"{type(backend).__name__} cannot create queues")
     for queue in app.registry.queues:

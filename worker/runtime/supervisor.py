@@ -41,7 +41,6 @@ import anyio
 import structlog
 from anyio.abc import TaskGroup, TaskStatus
 
-from worker.app import Worker, WorkerContext
 from worker.backend import Backend
 from worker.clock import LoopClock
 from worker.core.lease import Lease, LeaseState
@@ -52,6 +51,7 @@ from worker.errors import (
     FatalBackendError,
     WorkerCrashed,
 )
+from worker.registry import AppSpec, DescribesApp, WorkerContext, app_spec
 from worker.runtime.background import BackgroundTasks
 from worker.runtime.dispatcher import Dispatcher
 from worker.runtime.handler_tasks import HandlerTasks
@@ -81,7 +81,7 @@ class Supervisor:
 
     def __init__(
         self,
-        app: Worker,
+        app: AppSpec | DescribesApp,
         backend: Backend,
         *,
         metrics: Metrics | None = None,
@@ -90,6 +90,7 @@ class Supervisor:
         sample_queues_every_s: float | None = None,
         loop_lag_interval_s: float = 5.0,
     ) -> None:
+        app = app_spec(app)
         if not len(app.registry):
             raise ConfigError(
                 f"worker {app.name!r} has no handlers: register one with @app.handler(queue)"
@@ -447,11 +448,11 @@ class Supervisor:
         await self.settler.send_now()
 
 
-async def serve(app: Worker, backend: Backend, **options: Any) -> None:
+async def serve(app: AppSpec | DescribesApp, backend: Backend, **options: Any) -> None:
     """Run `app` on `backend` until it is shut down (`Supervisor` takes the `options`)."""
     await Supervisor(app, backend, **options).run()
 
 
-def run(app: Worker, backend: Backend, **options: Any) -> None:
+def run(app: AppSpec | DescribesApp, backend: Backend, **options: Any) -> None:
     """Blocking form of `serve`: runs its own event loop."""
     anyio.run(lambda: serve(app, backend, **options))

@@ -17,8 +17,8 @@ from decimal import Decimal
 from types import MappingProxyType
 from typing import Any, TypeAlias
 
+from worker.envelope.codecs import PayloadError, encode
 from worker.errors import MessageRejected
-from worker.payloads import PayloadError, encode
 from worker.rules import queue_name
 from worker.types import MessageAttribute, OutgoingMessage
 

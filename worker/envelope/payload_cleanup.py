@@ -23,7 +23,7 @@ import anyio
 import structlog
 
 from worker.backend import Backend, Limits
-from worker.large_payloads import Pointer, S3Payloads, pointer_of
+from worker.envelope.large_payloads import Pointer, S3Payloads, pointer_of
 from worker.types import (
     BatchResult,
     Deletion,

@@ -1,28 +1,4 @@
-"""Helpers for testing handlers: run a worker on the in-memory engine inside a test.
-
-::
-
-    async def test_orders() -> None:
-        async with run_worker(app) as harness:
-            await harness.send("orders", {"id": 1})
-            [record] = await harness.wait_for_handled(1)
-            assert record.outcome is Outcome.SUCCEEDED
-
-Run such tests with the event loop's clock fast-forwarded (pytest's `looptime` plugin,
-`@pytest.mark.looptime`): a handler that sleeps for an hour then takes no real time, and
-every lease renewal in between happens on schedule. The worker's time is the event loop's
-clock, always: `run_worker` (and `Supervisor`) take no clock, and refuse an in-memory
-engine on a `ManualClock`, whose time would stand still under a running worker.
-`ManualClock` drives the pure parts by hand: the engine on its own (`MemoryEngine(clock)`,
-no worker), the lease schedule.
-
-Synchronous handlers run in threads, which no clock can fast-forward. While one runs,
-looptime waits for it in real time instead of racing from timer to timer (it sees the
-thread through the loop's `run_in_executor`): the loop's clock moves no faster than the
-real one, so a renewal that falls due while the thread runs happens on time, and a
-handler's `time.sleep(2)` costs 2 real seconds. Keep synchronous handlers short in tests,
-or block them on a `threading.Event` that the test sets; bound waits with `fail_after`.
-"""
+"""`run_worker` and `WorkerHarness`: a worker on the in-memory engine inside a test."""
 
 from __future__ import annotations
 

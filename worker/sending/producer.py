@@ -7,8 +7,8 @@
     results = await producer.send_many("orders", (Outgoing(body=o) for o in orders))
 
 Rules:
-- Every message is encoded (`worker.payloads.encode`, the codecs typed handlers decode
-  with) and checked (`worker.outgoing.prepare`) before the first call: a bad one raises
+- Every message is encoded (`worker.envelope.codecs.encode`, the codecs typed handlers decode
+  with) and checked (`worker.sending.outgoing.prepare`) before the first call: a bad one raises
   `MessageRejected` and nothing is sent.
 - Messages go in full batches: `backend.limits.send_batch` entries per call (SQS: 10),
   each call within the byte limit.
@@ -17,7 +17,7 @@ Rules:
   call that fails transiently is retried whole. Entries the service refused for what they
   hold are not retried. `send_many` answers one `SendResult` per message, in order.
 - The current OpenTelemetry context, when there is one, travels in each message's
-  attributes (`worker.tracing`); a large body goes to S3 when given `large_payloads`.
+  attributes (`worker.envelope.tracing`); a large body goes to S3 when given `large_payloads`.
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ from typing import Any, Protocol
 import anyio
 
 from worker.backend import Limits
+from worker.envelope.large_payloads import S3Payloads
+from worker.envelope.tracing import aws_trace_header, inject
 from worker.errors import ConfigError, SendFailed, TransientBackendError
-from worker.large_payloads import S3Payloads
-from worker.outgoing import AttributeValue, Outgoing, batches, prepare
-from worker.tracing import aws_trace_header, inject
+from worker.sending.outgoing import AttributeValue, Outgoing, batches, prepare
 from worker.types import BatchResult, EntryFailure, OutgoingMessage
 
 __all__ = ["Producer", "SendResult", "Sender"]

@@ -20,8 +20,8 @@ from typing import Any
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
-from worker.outgoing import AttributeValue, Outgoing
-from worker.producer import Producer, Sender, SendResult
+from worker.sending.outgoing import AttributeValue, Outgoing
+from worker.sending.producer import Producer, Sender, SendResult
 
 __all__ = ["SyncProducer"]
 
