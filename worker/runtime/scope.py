@@ -108,13 +108,14 @@ class HandlerScope:
             self._handle = loop.call_later(_SWALLOWED_AGAIN_S, self._deliver)
 
     def _poke(self) -> None:
-        # As anyio does: cancel unless a CancelledError is already on its way to the task
-        # (its next step will raise one, or the future it waits on is already done).
+        # Always a real `task.cancel()`: when the future the handler awaits is already done
+        # (its answer came while the loop stood still: a stall, SIGSTOP), the task's next
+        # step would resume the handler with that answer, past its lost lease, to its side
+        # effect; cancel() makes that step raise CancelledError at the await instead. A
+        # second cancel() before the task runs adds one request, which `take_back` undoes.
         task = self._task
-        if task.done() or task._must_cancel:  # type: ignore[attr-defined]
+        if task.done():
             return
-        waiter = task._fut_waiter  # type: ignore[attr-defined]
-        if waiter is None or not waiter.done():
-            task.cancel()
-            self._cancels += 1
-            self._delivered += 1
+        task.cancel()
+        self._cancels += 1
+        self._delivered += 1
