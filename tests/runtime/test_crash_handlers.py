@@ -4,7 +4,8 @@ Issue 12, defect 5: a BaseException that is not a cancellation (SystemExit, Keyb
 a custom one) went through the runtime and ended the worker, stranding every message in
 flight; `sys.exit()` in a synchronous handler ended `lease-worker run` with status 0.
 Defect 12: a handler raising CancelledError itself (not a cancellation the runtime asked
-for) was released every time, without a log line, until the DLQ.
+for) was released every time, without a log line, until the DLQ. A synchronous handler
+raising StopIteration fails its message like any other exception.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from backends.memory import MemoryBackend
+from tests.recording import RecordingBackend
 from worker import (
     Backoff,
     ErrorPolicy,
@@ -69,8 +71,17 @@ async def _backend(count: int) -> MemoryBackend:
     return backend
 
 
-def _app() -> Worker:
-    return Worker(WorkerConfig(lease=LEASE, max_in_flight=2, wait_s=20))
+def _app(max_in_flight: int = 2) -> Worker:
+    return Worker(WorkerConfig(lease=LEASE, max_in_flight=max_in_flight, wait_s=20))
+
+
+async def _prepare(backend: RecordingBackend, queue: str, count: int) -> list[str]:
+    await backend.create_queue(QueueSpec(queue, visibility_timeout_s=30))
+    ids = []
+    for i in range(count):
+        result = await backend.inner.send(queue, [OutgoingMessage(body=f'{{"n": {i}}}')])
+        ids.append(result.message_ids["0"])
+    return ids
 
 
 @pytest.mark.parametrize("raiser", list(RAISERS))
@@ -141,3 +152,19 @@ async def test_a_cancelled_error_the_handler_raised_itself_is_a_failure_with_a_l
     assert lines[0]["receive_count"] == 1
     snapshot = backend.engine.peek("jobs", record.message.message_id)
     assert snapshot is not None and snapshot.receive_count == 1
+
+
+# Found by review: a synchronous handler raising StopIteration never finishes.
+async def test_sync_handler_raising_stop_iteration_fails_normally() -> None:
+    app = _app(max_in_flight=1)
+
+    @app.handler("jobs")
+    def job(message: Message) -> None:
+        next(iter([]))
+
+    backend = RecordingBackend()
+    await _prepare(backend, "jobs", 1)
+    async with run_worker(app, backend=backend) as harness:
+        with anyio.fail_after(600):
+            [record] = await harness.wait_for_handled(1)
+    assert record.outcome is Outcome.FAILED

@@ -4,7 +4,8 @@ A background task raising, or a task of the runtime (here: the lease keeper and 
 met with a BaseException from the backend), used to end the worker without releasing
 anything: innocent co-held messages waited out their visibility and, after restarts that
 died on the same poison, reached the DLQ. Now the supervisor releases what it holds (without
-waiting for the drain), within the flush timeout, and `run()` raises `WorkerCrashed`.
+waiting for the drain), within the flush timeout, and `run()` raises `WorkerCrashed`. A
+settler that crashes during the final flush of a shutdown leaves nothing else unsent.
 """
 
 from __future__ import annotations
@@ -187,3 +188,47 @@ async def test_cancelled_from_outside_background_tasks_outlive_the_handlers() ->
             outside.cancel()
     assert order == ["handler"] * HELD + ["background"]
     _assert_every_message_visible(backend)
+
+
+async def test_a_settler_crash_during_the_flush_leaves_nothing_else_unsent() -> None:
+    """The settler crashed during the final flush: what its cancelled calls put back, and
+    what was still pending, waited for a flush that could not end, and stayed in flight."""
+    lease = LeaseConfig(visibility_s=30, extension_s=30, renew_margin_s=10)
+    shutdown = ShutdownConfig(grace_s=1, flush_timeout_s=4)
+    app = Worker(WorkerConfig(lease=lease, max_in_flight=15, wait_s=20, shutdown=shutdown))
+    all_started = anyio.Event()
+    started = 0
+
+    @app.handler("jobs")
+    async def job(message: Message) -> None:
+        nonlocal started
+        started += 1
+        if started == 15:
+            all_started.set()
+        await anyio.sleep(3600)
+
+    class FirstReleaseExplodes(RecordingBackend):
+        calls_made = 0
+
+        async def release(self, queue: str, entries: Sequence[VisibilityChange]) -> BatchResult:
+            self.calls_made += 1
+            if self.calls_made == 1:
+                await anyio.sleep(0.1)
+                raise Poison()
+            await anyio.sleep(0.5)
+            return await super().release(queue, entries)
+
+    backend = FirstReleaseExplodes()
+    await backend.create_queue(QueueSpec("jobs", visibility_timeout_s=30))
+    for _ in range(15):
+        await backend.inner.send("jobs", [OutgoingMessage(body="{}")])
+    with capture_logs() as logs, pytest.raises(BaseExceptionGroup):
+        async with run_worker(app, backend=backend) as harness:
+            await all_started.wait()
+            harness.supervisor.request_shutdown()
+            await anyio.sleep_forever()
+    assert "shutdown.flush_timed_out" not in [e["event"] for e in logs]
+    counts = backend.inner.engine.counts("jobs")
+    # The ten of the call that crashed are lost with it (they lapse); the other five are
+    # released at once.
+    assert (counts.visible, counts.in_flight) == (5, 10)

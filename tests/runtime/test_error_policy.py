@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 
 import anyio
 import pytest
@@ -33,8 +34,8 @@ pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
 LEASE = LeaseConfig(visibility_s=30, extension_s=30, renew_margin_s=10)
 
 
-def _app() -> Worker:
-    return Worker(WorkerConfig(lease=LEASE, max_in_flight=1, wait_s=20))
+def _app(max_in_flight: int = 1) -> Worker:
+    return Worker(WorkerConfig(lease=LEASE, max_in_flight=max_in_flight, wait_s=20))
 
 
 async def _backend_with_dlq(max_receive_count: int) -> RecordingBackend:
@@ -46,6 +47,19 @@ async def _backend_with_dlq(max_receive_count: int) -> RecordingBackend:
         )
     )
     return backend
+
+
+async def _prepare(backend: RecordingBackend, queue: str, count: int) -> list[str]:
+    await backend.create_queue(QueueSpec(queue, visibility_timeout_s=30))
+    return await _send(backend, queue, count)
+
+
+async def _send(backend: RecordingBackend, queue: str, count: int) -> list[str]:
+    ids = []
+    for i in range(count):
+        result = await backend.inner.send(queue, [OutgoingMessage(body=f'{{"n": {i}}}')])
+        ids.append(result.message_ids["0"])
+    return ids
 
 
 async def test_release_now_redelivers_at_once_with_receive_count_2() -> None:
@@ -308,3 +322,44 @@ async def test_each_handler_run_ends_with_a_debug_event_its_duration_in_millisec
         "action": "delete",
         "duration_s": 1.235,
     }
+
+
+# Found by review: one handler raising Retry(after_s=inf) (or nan) takes the whole worker down.
+async def test_retry_with_infinite_delay_does_not_stop_the_worker() -> None:
+    app = _app(max_in_flight=2)
+    ran: list[int] = []
+
+    @app.handler("jobs")
+    async def job(message: Message) -> None:
+        ran.append(message.body["n"])
+        if message.body["n"] == 0:
+            raise Retry(after_s=math.inf)
+
+    backend = RecordingBackend()
+    await _prepare(backend, "jobs", 1)
+    async with run_worker(app, backend=backend) as harness:
+        await anyio.sleep(1)
+        await backend.inner.send("jobs", [OutgoingMessage(body='{"n": 1}')])
+        with anyio.fail_after(60):
+            await harness.wait_for_handled(2)
+
+
+async def test_a_retry_after_the_handler_cap_is_clamped_by_the_service_cap_only() -> None:
+    """`Retry(after_s)` was clamped to the time left under the handler's own max_lease_s (a
+    1 s cap made Retry(after_s=3600) a release at 0): the release may last until the
+    service's cap, 12 h from the receive."""
+    lease = LeaseConfig(visibility_s=30, max_lease_s=60)
+    app = Worker(WorkerConfig(lease=lease, max_in_flight=1, wait_s=20))
+
+    @app.handler("jobs")
+    async def job(message: Message) -> None:
+        await anyio.sleep(40)
+        raise Retry(after_s=3_600)
+
+    backend = RecordingBackend()
+    await backend.create_queue(QueueSpec("jobs"))
+    await _send(backend, "jobs", 1)
+    async with run_worker(app, backend=backend) as harness:
+        await harness.wait_for_handled(1)
+        await harness.wait_until_idle()
+    assert [c.visibility for c in backend.of("release")] == [(3_600,)]

@@ -1,4 +1,8 @@
-"""FIFO groups in order under failure, and no message handled twice at once in a process."""
+"""FIFO groups in order under failure, and no message handled twice at once in a process.
+
+A copy received while its message is held is adopted, not run: the delete follows the newest
+receipt handle, even one that replaced the old while the delete was on the wire.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from tests.recording import RecordingBackend
+from tests.runtime.wire import WireBackend
 from worker import LeaseConfig, Message, Outcome, OutgoingMessage, Worker, WorkerConfig
 from worker.testing import run_worker
 from worker.types import QueueSpec
@@ -30,6 +35,14 @@ async def _fifo_backend(groups: dict[str, int]) -> RecordingBackend:
             )
             assert not result.failed
     return backend
+
+
+async def _send(backend: RecordingBackend, queue: str, count: int) -> list[str]:
+    ids = []
+    for i in range(count):
+        result = await backend.inner.send(queue, [OutgoingMessage(body=f'{{"n": {i}}}')])
+        ids.append(result.message_ids["0"])
+    return ids
 
 
 async def test_fifo_groups_run_in_order_one_at_a_time_and_side_by_side() -> None:
@@ -123,3 +136,30 @@ async def test_a_message_received_again_while_held_is_not_run_twice() -> None:
         "lease_worker_leases_lost_total", queue="jobs", reason="ReceiptHandleIsInvalid"
     )
     assert lost == 0
+
+
+async def test_a_delete_follows_a_handle_replaced_while_it_was_on_the_wire() -> None:
+    """Defect 4: a second copy of a message adopted while its delete was on the wire gave
+    the lease a new handle; the delete (old handle) was refused and the message ran twice."""
+    lease = LeaseConfig(visibility_s=30, extension_s=30, renew_margin_s=10)
+    app = Worker(WorkerConfig(lease=lease, max_in_flight=2, wait_s=20, call_timeout_s=5))
+    starts: Counter[str] = Counter()
+
+    @app.handler("jobs")
+    async def job(message: Message) -> None:
+        starts[message.message_id] += 1
+        await anyio.sleep(5)
+
+    backend = WireBackend(latency={"delete": 3.0})
+    await backend.create_queue(QueueSpec("jobs", visibility_timeout_s=30))
+    [message_id] = await _send(backend, "jobs", 1)
+    async with run_worker(app, backend=backend) as harness:
+        await harness.wait_for_handled(1)
+        # The delete is on the wire now: the message lapses behind the worker's back and the
+        # worker's own receiver gets it again, adopting the new handle.
+        await anyio.sleep(1)
+        backend.inner.engine.expire("jobs", message_id)
+        await harness.wait_until_idle()
+        await anyio.sleep(100)
+    assert starts == Counter({message_id: 1})
+    assert backend.inner.engine.peek("jobs", message_id) is None
