@@ -22,9 +22,22 @@ thread through the loop's `run_in_executor`): the loop's clock moves no faster t
 real one, so a renewal that falls due while the thread runs happens on time, and a
 handler's `time.sleep(2)` costs 2 real seconds. Keep synchronous handlers short in tests,
 or block them on a `threading.Event` that the test sets; bound waits with `fail_after`.
+
+`FaultyBackend` wraps any backend (the in-memory one, on either dialect) to give planned
+calls the other fates a call can meet: `late` (it lands, its answer comes `by_s` later),
+`lose` (it lands, no answer ever comes), `refuse` (an error, nothing sent); `stall` freezes
+the event loop as a SIGSTOP or a long GC pause would (under looptime the loop's clock jumps
+with no callback running in between). Every call and its `Fate` is in `calls`::
+
+    backend = FaultyBackend(MemoryBackend())
+    backend.late("extend", by_s=40)  # the first extension lands; its answer comes 40 s on
+    async with run_worker(app, backend=backend) as harness:
+        ...
+    assert [call.fate for call in backend.calls if call.operation == "extend"][0] is Fate.LATE
 """
 
 from worker.clock import ManualClock
+from worker.testing.faults import Fate, FaultyBackend
 from worker.testing.harness import Handled, WorkerHarness, run_worker
 
-__all__ = ("Handled", "ManualClock", "WorkerHarness", "run_worker")
+__all__ = ("Fate", "FaultyBackend", "Handled", "ManualClock", "WorkerHarness", "run_worker")
