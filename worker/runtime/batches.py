@@ -10,7 +10,8 @@ Rules:
   that message is forgotten, never deleted, whatever the handler answers.
 - The handler returns the ids that failed (or raises `BatchFailure(ids)`); those go through
   the error policy, the others are deleted (the settler sends them together). Any other
-  error fails the whole batch; `Retry` releases it whole after `after_s`; `Discard` deletes
+  error fails the whole batch, a BaseException too (GeneratorExit included: see
+  `worker.runtime.handlers`); `Retry` releases it whole after `after_s`; `Discard` deletes
   it whole. A body that cannot be decoded fails its message alone, before the handler runs.
 - FIFO: after the first message of a group that does not succeed, the later messages of that
   group in the batch are released too (as SKIPPED), as Lambda's partial batch response
@@ -34,7 +35,7 @@ from worker.errors import BatchFailure, DecodeError, Discard, Retry
 from worker.message import Message
 from worker.registry import HandlerSpec
 from worker.runtime.handler_tasks import HandlerTasks
-from worker.runtime.handlers import Executor, decode, fetch
+from worker.runtime.handlers import Executor, decode, fetch, raised_by_handler
 from worker.types import ReceivedMessage
 
 __all__ = ["Batches"]
@@ -144,6 +145,7 @@ class Batches:
         ids = [m.message_id for m in messages]
         failed: Iterable[str] = ()
         func: Callable[[list[Message]], Awaitable[object]] = spec.func  # type: ignore[assignment]
+        task = asyncio.current_task()
         try:
             returned = await func(list(messages))
             failed = _ids(returned)
@@ -153,9 +155,11 @@ class Batches:
             return dict.fromkeys(ids, (Outcome.RETRY, signal.after_s))
         except Discard:
             return dict.fromkeys(ids, (Outcome.DISCARDED, 0.0))
-        except (asyncio.CancelledError, GeneratorExit):
+        except asyncio.CancelledError:
             raise
-        except BaseException:
+        except BaseException as error:  # SystemExit, KeyboardInterrupt, GeneratorExit, ...
+            if isinstance(error, GeneratorExit) and not raised_by_handler(task):
+                raise  # this coroutine is being closed: it never runs again
             self._log.exception("handler.failed", handler=spec.name, messages=len(ids))
             return dict.fromkeys(ids, (Outcome.FAILED, 0.0))
         failed = set(failed)

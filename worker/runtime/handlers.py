@@ -8,9 +8,11 @@ message is handed to the settler exactly once, even when the task itself is canc
 outside, and not at all if the supervisor already settled it (a handler it gave up on).
 
 What a handler raises is its message's failure (the error policy applies), BaseExceptions
-too (SystemExit, KeyboardInterrupt, one of its own): one message never stops the worker. A
-CancelledError nobody asked for (the handler's own, or a library's) is a failure as well,
-logged as `handler.raised_cancelled_error`.
+too (SystemExit, KeyboardInterrupt, GeneratorExit, one of its own): one message never stops
+the worker. A GeneratorExit is told apart from this coroutine being closed (garbage
+collected, never to run again) by who runs: raised by handler code, the handler's task is
+running its step (`raised_by_handler`). A CancelledError nobody asked for (the handler's
+own, or a library's) is a failure as well, logged as `handler.raised_cancelled_error`.
 
 Synchronous handlers run in a daemon thread (`worker.runtime.threads`), so they never hold
 up the event loop and the lease keeper with it. They cannot be interrupted. Cancelled for a
@@ -50,7 +52,7 @@ from worker.runtime.settler import Settler
 from worker.runtime.threads import DaemonThreads
 from worker.types import ReceivedMessage
 
-__all__ = ["Executor", "Observer", "decode", "fetch"]
+__all__ = ["Executor", "Observer", "decode", "fetch", "raised_by_handler"]
 
 _FORGET = Settlement(Action.FORGET)
 
@@ -157,7 +159,8 @@ class Executor:
                 return outcome
             # The clock's loop, while the supervisor runs: the task is found without looking
             # the loop up (LoopClock.bind).
-            scope = lease.scope = HandlerScope(asyncio.current_task(self._clock.loop))
+            task = asyncio.current_task(self._clock.loop)
+            scope = lease.scope = HandlerScope(task)
             try:
                 # An earlier copy of this message may still run in an abandoned thread.
                 if self._threads.busy((received.queue, received.message_id)):
@@ -170,9 +173,9 @@ class Executor:
                 if not scope.close():
                     raise  # someone else's cancellation too: the task group is going down
                 outcome = self._cancelled(spec, received, lease, scope, error)
-            except GeneratorExit:
-                raise  # closes this coroutine
-            except BaseException as error:  # SystemExit, KeyboardInterrupt, ...: too
+            except BaseException as error:  # SystemExit, KeyboardInterrupt, GeneratorExit, ...
+                if isinstance(error, GeneratorExit) and not raised_by_handler(task):
+                    raise  # this coroutine is being closed: it never runs again
                 outcome, retry_after = self._failed(spec, received, error)
                 scope.close()  # a cancellation it caught and swallowed is taken back
             else:
@@ -305,6 +308,13 @@ async def _wait_for_thread(done: asyncio.Future[object], lease: Lease) -> object
                     raise
     finally:
         scope.resume()
+
+
+def raised_by_handler(task: asyncio.Task[Any] | None) -> bool:
+    """For a GeneratorExit caught in `task`'s coroutine: True if code it runs raised it (the
+    task is running its step), False if the coroutine is being closed from outside (`close()`
+    by the garbage collector: its task is not the one running, if any runs at all)."""
+    return task is not None and asyncio.current_task(task.get_loop()) is task
 
 
 async def fetch(spec: HandlerSpec, received: ReceivedMessage) -> ReceivedMessage:
