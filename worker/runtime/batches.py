@@ -80,8 +80,12 @@ class Batches:
         assert spec.batch is not None
         batch = self._open.get(spec.queue)
         if batch is None:
-            batch = self._open[spec.queue] = _Batch(spec)
+            batch = _Batch(spec)
+            # Open with its task or not at all: a batch the stopping task group refuses
+            # (RuntimeError, this message released by the caller) would take the queue's
+            # later messages with no task to hand them over.
             tasks.create_task(self._run(batch))
+            self._open[spec.queue] = batch
         batch.entries.append((received, lease))
         lease.scope = _Member(batch, lease)
         if len(batch.entries) >= spec.batch.max_size:

@@ -88,7 +88,11 @@ class Dispatcher:
         return [lease for held in self._held.values() for lease in held.values()]
 
     def dispatch(self, received: ReceivedMessage, lease: Lease) -> None:
-        """Hold the message (until `forget`), then run its handler, or queue it to run."""
+        """Hold the message (until `forget`), then run its handler, or queue it to run.
+
+        Raises RuntimeError when the handler task group refuses the task the message needs
+        (it is stopping): nothing then waits for that task, and the caller releases it.
+        """
         held = self._held.get(received.queue)
         if held is None:
             held = self._held[received.queue] = {}
@@ -109,8 +113,12 @@ class Dispatcher:
         if waiting is not None:
             waiting.append((spec, received, lease))
             return
-        self._groups[group_key] = deque([(spec, received, lease)])
-        self.tasks.create_task(self._run_group(group_key))
+        # Registered with its task or not at all: a group the stopping task group refuses
+        # (RuntimeError, this message released by the caller) would take the group's later
+        # messages with no task to run them.
+        waiting = deque([(spec, received, lease)])
+        self.tasks.create_task(self._run_group(group_key, waiting))
+        self._groups[group_key] = waiting
 
     def forget(self, lease: Lease) -> None:
         """The lease ended: a later receive of the same message is a new delivery."""
@@ -119,8 +127,7 @@ class Dispatcher:
             del held[lease.message_id]
             self._count -= 1
 
-    async def _run_group(self, group_key: tuple[str, str]) -> None:
-        waiting = self._groups[group_key]
+    async def _run_group(self, group_key: tuple[str, str], waiting: deque[_Entry]) -> None:
         try:
             while waiting:
                 spec, received, lease = waiting.popleft()
