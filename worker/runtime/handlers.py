@@ -19,9 +19,11 @@ up the event loop and the lease keeper with it. They cannot be interrupted. Canc
 shutdown, the task keeps waiting for the thread, with the lease still renewed, and settles
 by what the thread did if it ends in time; the supervisor gives up on it at the end of the
 shutdown, and its message is then left to lapse (visible again when its last extension runs
-out), never released while the thread may still be working on it. After a lost lease or at
-the hard cap the lease cannot be kept: the task stops waiting and the message is forgotten,
-not released, while the thread runs on to its end (or the process's exit).
+out), never released while the thread may still be working on it. So is an async handler's
+message when the supervisor gives up on a coroutine that will not end (`abandon`). After a
+lost lease or at the hard cap the lease cannot be kept: the task stops waiting and the
+message is forgotten, not released, while the thread runs on to its end (or the process's
+exit).
 """
 
 from __future__ import annotations
@@ -123,19 +125,26 @@ class Executor:
     def abandon(self, lease: Lease) -> bool:
         """The supervisor gives up waiting for this lease's handler: settle the message now.
 
-        Released at once if nothing of it still runs here; forgotten (left to lapse) if its
-        synchronous handler's thread still runs. Returns True in that second case.
+        Forgotten (left to lapse: no more renewals, visible again when the last extension
+        runs out) while anything of its handler still exists: its coroutine (one that
+        swallows every cancellation, or never awaits; a batch's), or its synchronous
+        handler's thread. Released, another consumer could run it alongside that code.
+        Released at once if its handler never started (a FIFO group's later message).
+        Returns True if left to lapse.
         """
+        scope = lease.scope  # set from the handler's start (a batch's: from its gathering)
         in_thread = self._threads.busy((lease.queue, lease.message_id))
-        release = Settlement(Action.RELEASE, self._limits.min_release_visibility_s)
-        self._settler.submit(lease, _FORGET if in_thread else release)
-        scope = lease.scope
+        if in_thread or scope is not None:
+            self._settler.submit(lease, _FORGET)
+        else:
+            release = Settlement(Action.RELEASE, self._limits.min_release_visibility_s)
+            self._settler.submit(lease, release)
         if isinstance(scope, HandlerScope):
             if in_thread:
                 scope.cancel()  # wakes the task waiting for the thread: it stops waiting
             else:
                 scope.abandon()
-        return in_thread
+        return in_thread or scope is not None
 
     def skip(self, spec: HandlerSpec, received: ReceivedMessage, lease: Lease) -> None:
         """Release a message without running its handler (to keep a FIFO group in order)."""

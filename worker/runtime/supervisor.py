@@ -18,8 +18,10 @@ Shutdown, on the first `request_shutdown()` (SIGTERM/SIGINT in the CLI), bounded
 3. every handler still running is cancelled, level-triggered, and its message released
    (shortest visibility); a synchronous handler's lease is kept while its thread runs;
 4. handlers get half of `flush_timeout_s` to end (after a second request, one loop
-   iteration); the rest are given up on: their messages released, or left to lapse while
-   a synchronous handler's thread runs; `handlers_running` tells if a task is left behind;
+   iteration); the rest are given up on, and their messages left to lapse (no more
+   renewals, never released while the handler's coroutine or thread still exists: another
+   consumer would run it alongside); a message whose handler never started is released;
+   `handlers_running` tells if a task is left behind;
 5. the settler sends what is pending, until `flush_timeout_s` after step 3.
 A fatal backend error (missing queue, access denied) takes the same path and is raised at
 the end; so does a crash (a background task, or a task of the runtime, raising anything but
@@ -422,11 +424,12 @@ class Supervisor:
         left = [lease for lease in self.dispatcher.held() if lease.state is LeaseState.HELD]
         if not left:
             return
-        threads = sum(self.executor.abandon(lease) for lease in left)
+        # Left to lapse: each handler (task or thread) still exists and may act on its message.
+        running = sum(self.executor.abandon(lease) for lease in left)
         self._log.warning(
             "shutdown.gave_up_waiting",
-            released=len(left) - threads,
-            left_to_lapse=threads,
+            released=len(left) - running,
+            left_to_lapse=running,
         )
 
     async def _flush(self, until: float) -> None:
