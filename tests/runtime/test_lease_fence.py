@@ -3,15 +3,31 @@
 - A cancellation reaches a handler whose awaited answer came while the loop stood still
   (the answer is there, but the lease was lost first): the await raises, the side effect
   after it never happens.
+- A renewal that lands and answers late is not a lost lease: on SMQ its new handle is
+  adopted, on SQS the time a renewal is given follows the network.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
+import anyio
 import pytest
+import structlog
 
+from backends.memory import MemoryBackend, MemoryEngine
+from backends.memory.dialects import SMQ_DIALECT
+from backends.memory.engine import QueueCounts
+from tests.recording import RecordingBackend
+from worker import LeaseConfig, Message, Outcome, TransientBackendError, Worker, WorkerConfig
+from worker.clock import LoopClock
+from worker.core.lease import Lease, LeaseState
+from worker.runtime.lease_keeper import LeaseKeeper
+from worker.runtime.metrics import Metrics
 from worker.runtime.scope import HandlerScope
+from worker.testing import FaultyBackend, Handled, run_worker
+from worker.types import BatchResult, OutgoingMessage, QueueSpec, VisibilityChange
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
 
@@ -45,3 +61,161 @@ async def test_a_cancel_reaches_a_handler_whose_awaited_answer_is_already_there(
     assert await task == "cancelled"
     assert effects == []
     assert task.cancelling() == 0
+
+
+# -- renewals that land and answer late -----------------------------------------------------
+
+
+def _late_extends(inner: MemoryBackend, late_s: float, times: int | None) -> RecordingBackend:
+    """Every extend (or the first `times`) lands on the engine, then answers `late_s` late."""
+    backend = RecordingBackend(inner)
+    extend = backend.extend
+    left = [times]
+
+    async def late_extend(queue: str, entries: Sequence[VisibilityChange]) -> BatchResult:
+        result = await extend(queue, entries)  # landed: the engine has done it
+        if left[0] is None or left[0] > 0:
+            left[0] = None if left[0] is None else left[0] - 1
+            await anyio.sleep(late_s)
+        return result
+
+    backend.extend = late_extend  # type: ignore[method-assign]
+    return backend
+
+
+async def _run_one(backend: RecordingBackend, lease: LeaseConfig, run_s: float) -> list[Handled]:
+    app = Worker(WorkerConfig(lease=lease, max_in_flight=1, wait_s=20))
+    starts: list[int] = []
+
+    @app.handler("jobs")
+    async def job(message: Message) -> None:
+        starts.append(message.receive_count)
+        await anyio.sleep(run_s)
+
+    await backend.create_queue(QueueSpec("jobs", visibility_timeout_s=lease.visibility_s))
+    await backend.inner.send("jobs", [OutgoingMessage(body="{}", entry_id="0")])
+    async with run_worker(app, backend=backend) as harness:
+        handled = await harness.wait_for_handled(1)
+        await harness.wait_until_idle()
+        lost = harness.metrics.value(
+            "lease_worker_leases_lost_total", queue="jobs", reason="lapsed"
+        )
+    assert starts == [1]  # ran once, never handed to anyone else
+    assert lost == 0
+    return handled
+
+
+async def test_smq_a_renewal_answered_late_keeps_its_new_handle_and_the_lease() -> None:
+    """Issue 27 (2): the extension landed (the engine rotated the handle) and answered 3 s
+    late on a 10 s lease; abandoned at a third of the margin, its retry used the retired
+    handle, was refused, and the message ran twice."""
+    inner = MemoryBackend(MemoryEngine(LoopClock(), dialect=SMQ_DIALECT))
+    backend = _late_extends(inner, 3.0, times=1)
+    handled = await _run_one(backend, LeaseConfig(visibility_s=10), run_s=25)
+    assert [h.outcome for h in handled] == [Outcome.SUCCEEDED]
+    assert inner.engine.counts("jobs") == QueueCounts(0, 0, 0)  # deleted with the newest handle
+
+
+async def test_sqs_renewals_answered_later_than_a_third_of_the_margin_still_renew() -> None:
+    """Issue 27 (3): every renewal answered 1.5 s late on a 2 s margin (they land and extend
+    the visibility): each was abandoned at a third of the margin and every lease lapsed."""
+    inner = MemoryBackend()
+    backend = _late_extends(inner, 1.5, times=None)
+    lease = LeaseConfig(visibility_s=6, extension_s=6, renew_margin_s=2)
+    handled = await _run_one(backend, lease, run_s=40)
+    assert [h.outcome for h in handled] == [Outcome.SUCCEEDED]
+    assert inner.engine.counts("jobs") == QueueCounts(0, 0, 0)
+    assert len(backend.of("extend")) >= 8  # renewed all along, every 4 s
+
+
+# -- the keeper's own bookkeeping -----------------------------------------------------------
+
+
+async def test_a_capped_lease_still_running_past_its_deadline_is_lost_not_held() -> None:
+    """Issue 27 (7): at the cap the lease left the schedule for good; a handler that outlived
+    its deadline (a thread, or one swallowing its cancellations) still saw it HELD."""
+    backend = RecordingBackend()
+    await backend.create_queue(QueueSpec("jobs"))
+    keeper = LeaseKeeper(
+        backend, LeaseConfig(visibility_s=10), clock=LoopClock(), metrics=Metrics()
+    )
+    start = anyio.current_time()
+    lease = Lease(
+        queue="jobs",
+        message_id="m",
+        receipt_handle="h",
+        received_at=start,
+        visibility_s=10,
+        max_lease_s=5,  # capped before its first renewal
+        now=anyio.current_time,
+    )
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(keeper.run)
+        keeper.track(lease)
+        await anyio.sleep(9.5)
+        assert (lease.state, lease.cancel_reason) == (LeaseState.HELD, Outcome.TIMED_OUT)
+        await anyio.sleep(1)  # past the deadline, the handler still running
+        assert lease.state is LeaseState.LOST
+        assert lease.lost_reason == "lapsed"
+        tasks.cancel_scope.cancel()
+    assert backend.of("extend") == []
+
+
+async def test_a_failed_renewal_call_is_not_logged_as_renewed() -> None:
+    """Issue 27 (7): a renewal call that failed was logged as `lease.renewed` too."""
+    backend = FaultyBackend(MemoryBackend())
+    await backend.create_queue(QueueSpec("jobs"))
+    await backend.send("jobs", [OutgoingMessage(body="{}", entry_id="0")])
+    [received] = await backend.receive("jobs", max_messages=1, wait_s=0, visibility_s=30)
+    backend.refuse("extend", TransientBackendError("down", code="ServiceUnavailable"), times=1)
+    keeper = LeaseKeeper(
+        backend, LeaseConfig(visibility_s=30), clock=LoopClock(), metrics=Metrics()
+    )
+    lease = Lease(
+        queue="jobs",
+        message_id=received.message_id,
+        receipt_handle=received.receipt_handle,
+        received_at=anyio.current_time(),
+        visibility_s=30,
+        max_lease_s=43_200,
+        now=anyio.current_time,
+    )
+    with structlog.testing.capture_logs() as logs:
+        async with anyio.create_task_group() as tasks:
+            await tasks.start(keeper.run)
+            keeper.track(lease)
+            await anyio.sleep(25)  # due at 20 s: refused, retried 1 s later
+            tasks.cancel_scope.cancel()
+    events = [entry["event"] for entry in logs if entry["event"].startswith("lease.")]
+    assert events == ["lease.renew_call_failed", "lease.renewed"]
+
+
+# -- stalls ---------------------------------------------------------------------------------
+
+
+async def test_after_a_stall_no_handler_runs_on_past_its_lapsed_lease() -> None:
+    """Issue 27 (1): frozen 9 s with 6 s leases; on resume, a handler whose await completed
+    during the freeze went on to its side effect although the lease had lapsed."""
+    backend = FaultyBackend(MemoryBackend())
+    lease = LeaseConfig(visibility_s=6, extension_s=6, renew_margin_s=2)
+    app = Worker(WorkerConfig(lease=lease, max_in_flight=1, wait_s=1))
+    effects: list[int] = []
+
+    @app.handler("jobs")
+    async def job(message: Message) -> None:
+        if message.receive_count == 1:
+            backend.stall(9)  # the process freezes while the handler waits
+        await anyio.sleep(1)
+        effects.append(message.receive_count)
+
+    await backend.create_queue(QueueSpec("jobs", visibility_timeout_s=6))
+    await backend.inner.send("jobs", [OutgoingMessage(body="{}", entry_id="0")])
+    async with run_worker(app, backend=backend) as harness:
+        first, second = await harness.wait_for_handled(2)
+        await harness.wait_until_idle()
+        lost = harness.metrics.value(
+            "lease_worker_leases_lost_total", queue="jobs", reason="lapsed"
+        )
+    assert (first.outcome, second.outcome) == (Outcome.LEASE_LOST, Outcome.SUCCEEDED)
+    assert effects == [2]  # only the copy delivered after the lapse did its work
+    assert lost == 1

@@ -22,6 +22,7 @@ from tests.runtime.wire import WireBackend
 from worker import (
     FatalBackendError,
     LeaseConfig,
+    LeaseLostError,
     Message,
     Outcome,
     OutgoingMessage,
@@ -692,7 +693,9 @@ async def test_nothing_waits_for_a_renewal_from_a_keeper_whose_task_ended() -> N
     keeper.track(lease)  # held by a handler that finishes after that
     with anyio.fail_after(1):
         await keeper.wait_extension_idle(lease, 3.0)
-        await lease.extend(60)
+        # Issue 27 (7): it said nothing, as if the extension had happened.
+        with pytest.raises(LeaseLostError, match="lease keeper has stopped"):
+            await lease.extend(60)
     assert backend.of("extend") == []
 
 

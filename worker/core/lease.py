@@ -106,7 +106,7 @@ class Lease:
         #: True while a renewal of this lease is on the wire (never more than one).
         self.extending = False
         self._now = now
-        self._requester: Callable[[Lease, int], Awaitable[None]] | None = None
+        self._requester: Callable[[Lease, int], Awaitable[bool]] | None = None
         self._on_finish = on_finish
         #: The message as it was received (for the console), when the receiver made it.
         self.received = received
@@ -131,7 +131,8 @@ class Lease:
 
         Raises `TypeError` for anything but an `int` (a float or a bool would be refused by
         the service), `ValueError` outside what the backend allows, and `LeaseLostError` if
-        the lease is (or becomes) lost.
+        the lease is (or becomes) lost, or if nothing renews leases any more (the lease
+        keeper has stopped: shutdown): the extension did not happen.
         """
         if type(visibility_s) is not int:
             raise TypeError(
@@ -139,9 +140,22 @@ class Lease:
             )
         if self._requester is None or self.state is not LeaseState.HELD:
             raise LeaseLostError(f"lease of {self.message_id} is {self.state.value}")
-        await self._requester(self, visibility_s)
+        if not await self._requester(self, visibility_s):
+            raise LeaseLostError(
+                f"lease of {self.message_id} cannot be extended: the lease keeper has stopped"
+            )
         if self.lost:
             raise LeaseLostError(f"lease of {self.message_id} was lost: {self.lost_reason}")
+
+    def ensure_held(self, now: float | None = None) -> None:
+        """A cheap synchronous fence: raise `LeaseLostError` unless the lease is still ours
+        by the clock (not lost, not settled, its deadline not passed). Call it right before
+        a side effect that must not happen twice (a payment, a write elsewhere): after a
+        stall the deadline may have passed before anything noticed."""
+        if self.state is not LeaseState.HELD:
+            raise LeaseLostError(f"lease of {self.message_id} is {self.state.value}")
+        if (self._now() if now is None else now) >= self.deadline:
+            raise LeaseLostError(f"lease of {self.message_id} lapsed: its deadline has passed")
 
     # -- what the runtime uses --------------------------------------------------------------
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterator
 from typing import Generic, TypeAlias, TypeVar
 
 __all__ = ["LeaseSchedule"]
@@ -54,6 +54,10 @@ class LeaseSchedule(Generic[K]):
 
     def __contains__(self, key: K) -> bool:
         return key in self._current
+
+    def __iter__(self) -> Iterator[K]:
+        """The scheduled keys, in no particular order."""
+        return iter(self._current)
 
     def due_at(self, key: K) -> float | None:
         entry = self._current.get(key)

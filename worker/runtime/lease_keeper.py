@@ -26,12 +26,31 @@ What can happen to a lease at renewal time:
 - refused (ReceiptHandleIsInvalid, MessageNotInflight, ...) or the deadline passed: LOST.
   The handler is cancelled, the message is neither deleted nor released.
 - at the hard cap (`max_lease_s` from receive): the handler is cancelled as TIMED_OUT while
-  the lease still has `renew_margin_s` left, so its release happens before SQS's 12 h cap.
+  the lease still has `renew_margin_s` left, so its release happens before SQS's 12 h cap;
+  the lease stays scheduled at its deadline, so that a handler still running then (a thread)
+  finds it lost, not held.
+
+Calls that land late (issue 27): a renewal may reach the service and answer late.
+- On a backend whose extension hands out a new receipt handle (SMQ), a renewal is never
+  abandoned while its answer can still arrive before the deadline: the old handle stops
+  working once the call lands, so a retry with it would be refused and the lease lost.
+  A late answer's handle is adopted.
+- Elsewhere (SQS) a renewal is abandoned early only when a retry could still land before
+  the deadline; the time it is given follows the round trips measured (twice the slowest of
+  the recent ones, at least `renew_timeout_s`), so a slow network slows renewals down
+  instead of losing every lease that needs one.
+
+Stalls: a watchdog, a plain loop callback every `_WATCH_S` (not a task), notices when the
+loop did not run for a while (SIGSTOP, a long GC, blocking code) and loses every lease whose
+deadline passed meanwhile, cancelling its handler, in the first loop step after the stall:
+before any handler task resumes (their wake-ups run in the step after).
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
+from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
@@ -65,6 +84,12 @@ _ENTRY_CODES = _LOST_CODES | _CAP_CODES | frozenset({"MissingParameter", "Valida
 #: (lease, visibility sent, the handler's request it answers or None)
 _Renewal = tuple[Lease, int, int | None]
 
+#: How often the stall watchdog looks (seconds), and how late it must be to sweep.
+_WATCH_S = 1.0
+_STALL_S = 0.5
+#: Recent renewal round trips kept to set the next call's time limit.
+_ROUND_TRIPS = 16
+
 
 class LeaseKeeper:
     def __init__(
@@ -96,6 +121,12 @@ class LeaseKeeper:
         self._started = False
         #: Bound once: every lease keeps it (a bound method made per lease is 64 bytes).
         self._requester = self._request_extension
+        #: Leases whose renewal is on the wire (out of the schedule meanwhile).
+        self._on_wire: set[Lease] = set()
+        #: Recent renewal round trips (seconds); a call abandoned at T counts as T.
+        self._round_trips: deque[float] = deque(maxlen=_ROUND_TRIPS)
+        self._watchdog: asyncio.TimerHandle | None = None
+        self._watch_due = math.inf
 
     # -- bookkeeping ------------------------------------------------------------------------
 
@@ -148,16 +179,19 @@ class LeaseKeeper:
         if due < self._sleeping_until:  # most new leases fall due after the next wake-up
             self._wake.set()
 
-    async def _request_extension(self, lease: Lease, visibility_s: int) -> None:
+    async def _request_extension(self, lease: Lease, visibility_s: int) -> bool:
+        """Renew `lease` to `visibility_s` now; False if the keeper is down (nothing will
+        renew it: waiting would hang a delete or a handler)."""
         limit = self._backend.limits.max_visibility_s
         if not 0 <= visibility_s <= limit:
             raise ValueError(f"visibility_s={visibility_s!r}: must be within 0..{limit}")
         lease.requested_visibility_s = visibility_s
         if self._down:
-            return  # no renewal will come: waiting would hang a delete or a handler
+            return False
         if not lease.extending:  # else the call on the wire reschedules it when it returns
             self._schedule_renewal(lease, at=self._clock.now())
         await self._requests.wait(lease)
+        return not self._down
 
     async def wait_extension_idle(self, lease: Lease, hold_s: float = 0.0) -> None:
         """Wait for a renewal of `lease` on the wire, so that a later call uses the newest
@@ -194,6 +228,7 @@ class LeaseKeeper:
 
     def _end_extension(self, lease: Lease) -> None:
         lease.extending = False
+        self._on_wire.discard(lease)
         self._idle.wake(lease)
 
     # -- the task ---------------------------------------------------------------------------
@@ -205,12 +240,38 @@ class LeaseKeeper:
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         self._started = True
+        self._watch(asyncio.get_running_loop())
         try:
             await self._run(task_status)
         finally:
             self._down = True
+            if self._watchdog is not None:
+                self._watchdog.cancel()
             self._requests.wake_all()
             self._idle.wake_all()
+
+    # -- stalls -----------------------------------------------------------------------------
+
+    def _watch(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The watchdog's tick: a loop callback, so that after a stall it runs in the first
+        loop step, before the handler tasks that the stall's I/O and timers wake."""
+        now = loop.time()
+        if now - self._watch_due > _STALL_S:
+            self.sweep(now)
+        self._watch_due = now + _WATCH_S
+        self._watchdog = loop.call_at(self._watch_due, self._watch, loop)
+
+    def sweep(self, now: float) -> int:
+        """Lose every lease whose deadline has passed (cancelling its handler); returns how
+        many. Run by the watchdog after a stall; callable at any commit point."""
+        lapsed = [
+            lease
+            for lease in (*self._schedule, *self._on_wire)
+            if lease.active and now >= lease.deadline
+        ]
+        for lease in lapsed:
+            self._lose(lease, "lapsed")
+        return len(lapsed)
 
     async def _run(self, task_status: TaskStatus[None]) -> None:
         async with anyio.create_task_group() as calls:
@@ -274,6 +335,7 @@ class LeaseKeeper:
                 asked = lease.requested_visibility_s
                 wanted = self.extension_s() if asked is None else asked
                 lease.extending = True
+                self._on_wire.add(lease)
                 chosen.append((lease, lease.next_visibility(now, wanted), asked))
         return chosen
 
@@ -284,10 +346,11 @@ class LeaseKeeper:
         ]
         sent_at = self._clock.now()
         self._metrics.renewal_calls.labels(queue).inc()
-        one_by_one = False
+        one_by_one = called = False
         try:
             try:
                 result = await self._extend_before_deadline(queue, entries, renewals)
+                called = True
             except Exception as raised:
                 error = as_backend_error(raised, self._log, "ChangeMessageVisibilityBatch", queue)
                 one_by_one = (
@@ -313,13 +376,14 @@ class LeaseKeeper:
             if not one_by_one:
                 for lease, _, _ in renewals:
                     self._end_extension(lease)
-        self._log.debug(
-            "lease.renewed",
-            queue=queue,
-            leases=len(result.succeeded),
-            failed=len(result.failed),
-            visibility_s=max(v for _, v, _ in renewals),
-        )
+        if called:  # a failed call was logged as such (lease.renew_call_failed)
+            self._log.debug(
+                "lease.renewed",
+                queue=queue,
+                leases=len(result.succeeded),
+                failed=len(result.failed),
+                visibility_s=max(v for _, v, _ in renewals),
+            )
         self._apply(result, renewals, [entry.receipt_handle for entry in entries], sent_at)
 
     def _call_failed(self, queue: str, leases: int, error: Exception, one_by_one: bool) -> None:
@@ -337,19 +401,40 @@ class LeaseKeeper:
     async def _extend_before_deadline(
         self, queue: str, entries: list[VisibilityChange], renewals: Sequence[_Renewal]
     ) -> BatchResult:
-        """The call, abandoned after `renew_timeout_s` so that a lost request is retried on
-        a new connection within the margin, and at the latest at the batch's earliest
-        deadline: an answer that comes later cannot be trusted (SQS may have let the message
-        go to another consumer meanwhile)."""
+        """The call, abandoned at `_give_up_at` (at the latest at the batch's earliest
+        deadline: an answer that comes later cannot be trusted, SQS may have let the message
+        go to another consumer meanwhile). The round trip, or the time it was given when
+        abandoned, sets the time later calls are given."""
+        now = self._clock.now()
         earliest = min(lease.deadline for lease, _, _ in renewals)
-        give_up = min(earliest, self._clock.now() + self._config.effective_renew_timeout_s)
-        return await call_by(
-            give_up,
-            lambda: self._backend.extend(queue, entries),
-            operation="ChangeMessageVisibilityBatch",
-            queue=queue,
-            code="DeadlineReached" if give_up >= earliest else "Timeout",
-        )
+        give_up = self._give_up_at(now, earliest)
+        try:
+            result = await call_by(
+                give_up,
+                lambda: self._backend.extend(queue, entries),
+                operation="ChangeMessageVisibilityBatch",
+                queue=queue,
+                code="DeadlineReached" if give_up >= earliest else "Timeout",
+            )
+        except TransientBackendError:
+            self._round_trips.append(self._clock.now() - now)
+            raise
+        self._round_trips.append(self._clock.now() - now)
+        return result
+
+    def _give_up_at(self, now: float, deadline: float) -> float:
+        """When a renewal sent at `now` is abandoned, for a lease that lapses at `deadline`.
+
+        A backend whose extension hands out a new handle: at the deadline (a late answer
+        carries the only handle that still works). Elsewhere: after the time a call is
+        given (`renew_timeout_s`, or twice the slowest recent round trip if longer), if a
+        retry could still land before the deadline after it; else at the deadline (an
+        answer late by less than the time left still renews the lease)."""
+        if self._backend.limits.extension_returns_new_handle:
+            return deadline
+        allowed = max(self._config.effective_renew_timeout_s, 2 * max(self._round_trips, default=0))
+        retry_lands_by = now + allowed + self._config.retry_interval_s + allowed
+        return now + allowed if retry_lands_by < deadline else deadline
 
     def _apply(
         self,
@@ -440,6 +525,10 @@ class LeaseKeeper:
             )
             lease.cancel(Outcome.TIMED_OUT)
         lease.requested_visibility_s = None
+        if lease.tracked and lease.active:
+            # Not renewed again, but looked at again at its deadline: a handler that has not
+            # ended by then (a thread) must find the lease lost, not held.
+            self._schedule.set(lease, lease.queue, lease.deadline)
         self._notify(lease)
 
     def _notify(self, lease: Lease) -> None:
