@@ -24,7 +24,7 @@ from worker.app import HandlerGuard, Worker
 from worker.backend import Backend, DeadLetterAdmin, Limits, QueueAdmin
 from worker.clock import Clock, LoopClock, ManualClock
 from worker.config import Backoff, ErrorPolicy, LeaseConfig, OnError, ShutdownConfig, WorkerConfig
-from worker.core.lease import Lease, LeaseState
+from worker.core.lease import Lease, LeaseState, LeaseView
 from worker.core.settlement import Outcome
 from worker.envelope.codecs import PayloadError
 from worker.envelope.large_payloads import S3Payloads
@@ -107,6 +107,7 @@ __all__ = (
     "LeaseConfig",
     "LeaseLostError",
     "LeaseState",
+    "LeaseView",
     "LeaseWorkerError",
     "Limits",
     "LoopClock",

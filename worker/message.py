@@ -5,26 +5,36 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from worker.core.lease import Lease
+from worker.core.lease import Lease, LeaseView
 from worker.types import MessageAttribute, ReceivedMessage
 
-__all__ = ["Message"]
+__all__ = ["Message", "lease_of"]
 
 
 class Message:
     """One received message: decoded body, attributes, receive count and its lease.
 
     `body` is the decoded body (JSON by default); `raw_body` the string as received.
-    `lease.deadline`, `lease.time_left_s()`, `await lease.extend(s)` and `lease.lost` let a
-    handler look at or act on its lease; the runtime extends it on its own.
+    `lease.deadline`, `lease.time_left_s()`, `await lease.extend(s)`, `lease.lost` and
+    `lease.ensure_held()` let a handler look at or act on its lease (a read-only
+    `LeaseView`); the runtime extends it on its own.
     """
 
-    __slots__ = ("_received", "body", "lease")
+    __slots__ = ("_lease", "_received", "_view", "body")
 
     def __init__(self, received: ReceivedMessage, body: Any, lease: Lease) -> None:
         self._received = received
         self.body = body
-        self.lease = lease
+        self._lease = lease
+        self._view: LeaseView | None = None
+
+    @property
+    def lease(self) -> LeaseView:
+        """The message's lease, as a handler sees it (made on first use)."""
+        view = self._view
+        if view is None:
+            view = self._view = LeaseView(self._lease)
+        return view
 
     def __repr__(self) -> str:  # never the body: it may hold personal data
         return f"<Message {self.queue}/{self.message_id} receive_count={self.receive_count}>"
@@ -60,4 +70,9 @@ class Message:
     @property
     def receipt_handle(self) -> str:
         """The current receipt handle (it may change on backends that renew handles)."""
-        return self.lease.receipt_handle
+        return self._lease.receipt_handle
+
+
+def lease_of(message: Message) -> Lease:
+    """The runtime's own lease behind `message.lease` (for the runtime, not handlers)."""
+    return message._lease

@@ -13,7 +13,18 @@ States::
       │                  │
       └──────lost────────┴──> LOST      (renewal refused, or the deadline passed)
 
-Only the lease keeper moves a lease to LOST; only the settler moves it to DONE.
+Who may do what (issue 27: one owner):
+- The lease keeper (`worker.runtime.lease_keeper`) is the only writer of a lease's state:
+  its deadline, receipt handle, the call on the wire (`extending`, `settle_call`) and its
+  `state`. The others send it requests, each applied in one synchronous step (no await
+  inside): the dispatcher `adopt`s a newer copy's handle; the settler marks a lease
+  `settling`, `claim`s it for a delete or release (the handle to use now, and renewals held
+  while the call is out, as one answer), `unclaim`s it after the call, and reports it
+  `settled`; the executor asks whether it `lapsed` before it reports a handler's success.
+- Anyone may ask to cancel the handler (`cancel(reason)`): the keeper (lost, capped), the
+  supervisor (shutdown), the idempotency guard (its store's heartbeat lapsed).
+- Handlers see a `LeaseView` (`message.lease`): the deadline, the time left, whether it is
+  lost, `extend()` and `ensure_held()`; nothing they can change.
 """
 
 from __future__ import annotations
@@ -27,7 +38,7 @@ from worker.core.settlement import Outcome
 from worker.errors import LeaseLostError
 from worker.types import ReceivedMessage
 
-__all__ = ["Lease", "LeaseState"]
+__all__ = ["Lease", "LeaseState", "LeaseView"]
 
 
 class _Cancellable(Protocol):
@@ -200,3 +211,84 @@ class Lease:
         self.state = state
         if self._on_finish is not None:
             self._on_finish(self)
+
+
+class LeaseView:
+    """What a handler sees of its lease (`message.lease`): read-only, with `extend()` and
+    `ensure_held()`. The lease keeper alone changes the lease behind it."""
+
+    __slots__ = ("_lease",)
+
+    def __init__(self, lease: Lease) -> None:
+        self._lease = lease
+
+    def __repr__(self) -> str:
+        return repr(self._lease)
+
+    @property
+    def queue(self) -> str:
+        return self._lease.queue
+
+    @property
+    def message_id(self) -> str:
+        return self._lease.message_id
+
+    @property
+    def receipt_handle(self) -> str:
+        """The current receipt handle (SMQ hands out a new one with every extension)."""
+        return self._lease.receipt_handle
+
+    @property
+    def deadline(self) -> float:
+        """When the message becomes visible again unless renewed (the worker's clock)."""
+        return self._lease.deadline
+
+    @property
+    def received_at(self) -> float:
+        return self._lease.received_at
+
+    @property
+    def renewals(self) -> int:
+        """How many times the runtime has renewed it."""
+        return self._lease.renewals
+
+    @property
+    def state(self) -> LeaseState:
+        return self._lease.state
+
+    @property
+    def lost(self) -> bool:
+        """The lease was lost (refused, or its deadline passed): the message may be
+        someone else's now."""
+        return self._lease.lost
+
+    @property
+    def lost_reason(self) -> str | None:
+        return self._lease.lost_reason
+
+    @property
+    def cancel_reason(self) -> Outcome | None:
+        """Why the handler was asked to stop (lost, capped, shutdown), or None."""
+        return self._lease.cancel_reason
+
+    def time_left_s(self, now: float | None = None) -> float:
+        """Seconds until the current deadline (negative once it has passed)."""
+        return self._lease.time_left_s(now)
+
+    def cap_left_s(self, now: float) -> float:
+        """Time left before the handler's cap (`max_lease_s` from the receive)."""
+        return self._lease.cap_left_s(now)
+
+    async def extend(self, visibility_s: int) -> None:
+        """Extend now, to `visibility_s` whole seconds from now (see `Lease.extend`)."""
+        await self._lease.extend(visibility_s)
+
+    def ensure_held(self, now: float | None = None) -> None:
+        """Raise `LeaseLostError` unless the lease is still ours by the clock (see
+        `Lease.ensure_held`): call it right before a side effect that must not run twice."""
+        self._lease.ensure_held(now)
+
+    def cancel(self, reason: Outcome) -> None:
+        """Stop the handler (a middleware stopping the handler it wraps: the idempotency
+        guard when its store's heartbeat lapses); the lease itself is the keeper's."""
+        self._lease.cancel(reason)

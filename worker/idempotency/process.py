@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry
 
 from worker.clock import Clock, LoopClock
 from worker.config import LeaseConfig
-from worker.core.lease import Lease
+from worker.core.lease import LeaseView
 from worker.core.settlement import Outcome
 from worker.errors import RegistrationError, Retry
 from worker.idempotency.guard import DEFAULT_COMPLETED_TTL_S, IdempotencyGuard, KeyFunc, OnDuplicate
@@ -72,7 +72,7 @@ class Idempotency:
         self.clock_skew_s = float(clock_skew_s)
         self.stop_on_lapse = bool(stop_on_lapse)
         #: The leases of the handlers running under a claim, by claim token.
-        self.running: dict[str, Lease] = {}
+        self.running: dict[str, LeaseView] = {}
         self.store = store
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
         self.store_timeout_s = float(store_timeout_s)

@@ -65,11 +65,9 @@ class Dispatcher:
         lease = None if held is None else held.get(received.message_id)
         if lease is None or not lease.active:
             return False
-        lease.receipt_handle = received.receipt_handle
         # The service counts the new handle's visibility from this receive, whatever an
         # earlier renewal of the old handle said.
-        lease.deadline = sent_at + visibility_s
-        self._keeper.reschedule(lease)
+        self._keeper.adopt(lease, received.receipt_handle, sent_at + visibility_s)
         self._log.info(
             "message.received_while_held",
             queue=received.queue,

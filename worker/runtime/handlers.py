@@ -43,7 +43,7 @@ from worker.envelope.codecs import PayloadError
 from worker.envelope.large_payloads import MissingPayload
 from worker.envelope.tracing import open_handler_span
 from worker.errors import DecodeError, Discard, Duplicate, Retry
-from worker.message import Message
+from worker.message import Message, lease_of
 from worker.middleware import CallNext, build_chain
 from worker.registry import HandlerSpec
 from worker.runtime.lease_keeper import LeaseKeeper
@@ -117,7 +117,7 @@ class Executor:
             # Returned for an idempotency guard that caches results (an async handler's
             # return value reaches it too: the guard is the innermost middleware).
             return await _wait_for_thread(
-                await self._threads.start(key, func, *arguments(message)), message.lease
+                await self._threads.start(key, func, *arguments(message)), lease_of(message)
             )
 
         return in_thread
@@ -257,6 +257,11 @@ class Executor:
         started: float,
     ) -> None:
         now = self._clock.now()
+        if outcome is Outcome.SUCCEEDED and self._keeper.lapsed(lease, now):
+            # A commit point: its deadline passed before anything noticed (a stall), so the
+            # message may be someone else's now. Lost (and logged by the keeper), not a
+            # success to delete.
+            outcome = Outcome.LEASE_LOST
         duration = now - started
         outcome_name: str = outcome._value_  # .value is a descriptor: four times the cost
         self._metrics.handled.labels(received.queue, outcome_name).inc()

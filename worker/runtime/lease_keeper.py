@@ -155,6 +155,47 @@ class LeaseKeeper:
         self._schedule.discard(lease)
         self._notify(lease)
 
+    # -- requests: the others change a lease only through these (one step, no await) -------
+
+    def adopt(self, lease: Lease, receipt_handle: str, deadline: float) -> None:
+        """A newer copy of the held message was received: its handle, and the deadline the
+        service counts from that receive, replace the lease's (the dispatcher)."""
+        lease.receipt_handle = receipt_handle
+        lease.deadline = deadline
+        self.reschedule(lease)
+
+    def settling(self, lease: Lease, *, stop_renewals: bool) -> None:
+        """A delete or release of `lease` is queued (the settler): a release stops renewals
+        at once (one landing after it would hide the message again); a delete keeps them
+        until it is confirmed."""
+        lease.state = LeaseState.SETTLING
+        if stop_renewals:
+            self.untrack(lease)
+
+    def claim(self, lease: Lease) -> str:
+        """The settler puts a delete or release of `lease` on the wire now: the handle to
+        use, with renewals held until `unclaim` (the caller saw no renewal on the wire and
+        has not awaited since)."""
+        assert not lease.extending, "a settle call never goes out beside a renewal"
+        lease.settle_call = True
+        return lease.receipt_handle
+
+    def unclaim(self, lease: Lease) -> None:
+        """The settle call of `lease` came back (or was abandoned): renewals may go out."""
+        lease.settle_call = False
+
+    def settled(self, lease: Lease) -> None:
+        """`lease` is settled for good (deleted, released, forgotten, or given up on)."""
+        self.untrack(lease)
+        lease.finish(LeaseState.DONE)
+
+    def lapsed(self, lease: Lease, now: float) -> bool:
+        """True if `lease` is lost, or its deadline has passed (it is lost now): asked at a
+        commit point, before a handler's success is reported and its message deleted."""
+        if lease.state is LeaseState.HELD and now >= lease.deadline:
+            self._lose(lease, "lapsed")
+        return lease.lost
+
     def record_duration(self, duration_s: float) -> None:
         """A successful handler's run time, for the adaptive extension (kept only then)."""
         if self._config.adaptive:

@@ -15,7 +15,9 @@ Ordering with the lease keeper:
   release asked for, only later.
 Before a call it waits for any extension in flight on the same message, so that it uses the
 newest receipt handle (SMQ hands out a new one on every extension); checking that no
-extension is in flight and marking `settle_call` is one step. A handle replaced while the
+extension is in flight and claiming the lease from the keeper (the handle to use, renewals
+held) is one step. The settler changes no lease itself: it asks the keeper
+(`settling`, `claim`, `unclaim`, `settled`). A handle replaced while the
 call was on the wire (a second copy of the message adopted) gets the call again with the
 new handle, whatever the answer to the old one was (SQS answers success for a stale delete).
 
@@ -27,7 +29,7 @@ retried while the lease is still held.
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import anyio
@@ -36,10 +38,11 @@ from anyio.abc import TaskStatus
 
 from worker.backend import Backend
 from worker.clock import Clock
-from worker.core.lease import Lease, LeaseState
+from worker.core.lease import Lease
 from worker.core.settlement import Action, Settlement
 from worker.errors import BackendError, TransientBackendError
 from worker.runtime.calls import as_backend_error, call_by
+from worker.runtime.lease_keeper import LeaseKeeper
 from worker.runtime.metrics import Metrics
 from worker.types import BatchResult, Deletion, EntryFailure, VisibilityChange
 
@@ -57,8 +60,7 @@ class Settler:
         clock: Clock,
         metrics: Metrics,
         linger_s: float,
-        untrack: Callable[[Lease], None],
-        wait_extension_idle: Callable[[Lease, float], Awaitable[None]],
+        leases: LeaseKeeper,
         retry_interval_s: float = 1.0,
         call_timeout_s: float = 5.0,
         renew_timeout_s: float = 1.0,
@@ -68,8 +70,7 @@ class Settler:
         self._clock = clock
         self._metrics = metrics
         self._linger = linger_s
-        self._untrack = untrack
-        self._wait_extension_idle = wait_extension_idle
+        self._leases = leases
         self._retry_interval = retry_interval_s
         self._call_timeout = call_timeout_s
         self._renew_timeout = renew_timeout_s
@@ -90,12 +91,9 @@ class Settler:
         if not lease.active:
             return
         if settlement.action is Action.FORGET:
-            self._untrack(lease)
-            lease.finish(LeaseState.DONE)
+            self._leases.settled(lease)
             return
-        lease.state = LeaseState.SETTLING
-        if settlement.action is Action.RELEASE:
-            self._untrack(lease)
+        self._leases.settling(lease, stop_renewals=settlement.action is Action.RELEASE)
         self._enqueue(lease, settlement.action, settlement.visibility_s)
 
     @property
@@ -178,12 +176,13 @@ class Settler:
 
     async def _send(self, key: _Key, items: list[_Item], *, hold: bool = True) -> None:
         queue, action = key
+        claimed = False
         try:
-            await self._claim(action, items, hold=hold)
-            handles = [lease.receipt_handle for lease, _ in items]
+            handles = await self._claim(action, items, hold=hold)
+            claimed = True
             self._metrics.settle_calls.labels(queue, action.value).inc()
             try:
-                result = await self._call(queue, action, items, hold=hold)
+                result = await self._call(queue, action, items, handles, hold=hold)
             except Exception as raised:
                 operation = (
                     "DeleteMessageBatch"
@@ -202,15 +201,17 @@ class Settler:
                     self._enqueue(lease, action, visibility)
             raise
         finally:
-            for lease, _ in items:
-                lease.settle_call = False
+            if claimed:
+                for lease, _ in items:
+                    self._leases.unclaim(lease)
             self._calls_in_flight -= 1
             self._wake.set()
 
-    async def _claim(self, action: Action, items: Sequence[_Item], *, hold: bool) -> None:
+    async def _claim(self, action: Action, items: Sequence[_Item], *, hold: bool) -> list[str]:
         """Wait until no renewal of these leases is on the wire (a delete's lease renewed
-        first if it could lapse during the call), then mark them `settle_call`, with no
-        await between the last check and the marks: the keeper renews none of them after."""
+        first if it could lapse during the call), then claim them from the keeper, with no
+        await between the last check and the claims: the handles to use, and no renewal of
+        them goes out until they are unclaimed."""
         hold_s = self._renew_timeout if hold and action is Action.DELETE else 0.0
         # A lease with more time left than this needs no renewal first (the keeper decides
         # for the others): the busy path awaits nothing per message.
@@ -219,12 +220,11 @@ class Settler:
             now, waited = self._clock.now(), False
             for lease, _ in items:
                 if lease.extending or lease.deadline - now < short_s:
-                    await self._wait_extension_idle(lease, hold_s)
+                    await self._leases.wait_extension_idle(lease, hold_s)
                     waited = True
             if not waited or not any(lease.extending for lease, _ in items):
                 break
-        for lease, _ in items:
-            lease.settle_call = True
+        return [self._leases.claim(lease) for lease, _ in items]
 
     def _delete_deadline(self, items: Sequence[_Item]) -> float:
         """A delete is abandoned in time for a renewal after it (no renewal goes out while it
@@ -238,15 +238,19 @@ class Settler:
         return min(now + self._call_timeout, latest)
 
     async def _call(
-        self, queue: str, action: Action, items: Sequence[_Item], *, hold: bool
+        self,
+        queue: str,
+        action: Action,
+        items: Sequence[_Item],
+        handles: Sequence[str],
+        *,
+        hold: bool,
     ) -> BatchResult:
         deadline = self._clock.now() + self._call_timeout
         if action is Action.DELETE:
             if hold:  # else no renewal can follow (the keeper is gone): all the time there is
                 deadline = self._delete_deadline(items)
-            deletions = [
-                Deletion(str(i), lease.receipt_handle) for i, (lease, _) in enumerate(items)
-            ]
+            deletions = [Deletion(str(i), handle) for i, handle in enumerate(handles)]
             return await call_by(
                 deadline,
                 lambda: self._backend.delete(queue, deletions),
@@ -254,8 +258,8 @@ class Settler:
                 queue=queue,
             )
         changes = [
-            VisibilityChange(str(i), lease.receipt_handle, vis)
-            for i, (lease, vis) in enumerate(items)
+            VisibilityChange(str(i), handle, vis)
+            for i, (handle, (_, vis)) in enumerate(zip(handles, items, strict=True))
         ]
         return await call_by(
             deadline,
@@ -293,8 +297,7 @@ class Settler:
                     message_id=lease.message_id,
                     code=failure.code,
                 )
-            self._untrack(lease)
-            lease.finish(LeaseState.DONE)
+            self._leases.settled(lease)
 
     def _call_failed(self, key: _Key, items: Sequence[_Item], error: BackendError) -> None:
         queue, action = key
@@ -311,8 +314,7 @@ class Settler:
             if isinstance(error, TransientBackendError) and self._may_retry(lease, action):
                 self._retry_later(lease, action, visibility)
             else:
-                self._untrack(lease)
-                lease.finish(LeaseState.DONE)
+                self._leases.settled(lease)
 
     def _may_retry(self, lease: Lease, action: Action) -> bool:
         # Until the lease's deadline: the keeper moves it on while a delete is pending (so a
