@@ -20,13 +20,22 @@ from backends.memory import MemoryBackend, MemoryEngine
 from backends.memory.dialects import SMQ_DIALECT
 from backends.memory.engine import QueueCounts
 from tests.recording import RecordingBackend
-from worker import LeaseConfig, Message, Outcome, TransientBackendError, Worker, WorkerConfig
+from worker import (
+    LeaseConfig,
+    LeaseLostError,
+    Message,
+    Outcome,
+    TransientBackendError,
+    Worker,
+    WorkerConfig,
+)
 from worker.clock import LoopClock
-from worker.core.lease import Lease, LeaseState
+from worker.core.lease import Lease, LeaseState, LeaseView
 from worker.runtime.lease_keeper import LeaseKeeper
 from worker.runtime.metrics import Metrics
 from worker.runtime.scope import HandlerScope
 from worker.testing import FaultyBackend, Handled, run_worker
+from worker.testing.faults import freeze
 from worker.types import BatchResult, OutgoingMessage, QueueSpec, VisibilityChange
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
@@ -219,3 +228,49 @@ async def test_after_a_stall_no_handler_runs_on_past_its_lapsed_lease() -> None:
     assert (first.outcome, second.outcome) == (Outcome.LEASE_LOST, Outcome.SUCCEEDED)
     assert effects == [2]  # only the copy delivered after the lapse did its work
     assert lost == 1
+
+
+async def test_a_handler_returning_after_its_lease_lapsed_is_lost_not_a_success() -> None:
+    """Issue 27 (stalls): blocking code froze the loop past the deadline and the handler
+    returned in the same step; it was reported a success and its message deleted, although
+    the message may already be someone else's."""
+    backend = RecordingBackend()
+    lease = LeaseConfig(visibility_s=6, extension_s=6, renew_margin_s=2)
+    app = Worker(WorkerConfig(lease=lease, max_in_flight=1, wait_s=1))
+
+    @app.handler("jobs")
+    async def job(message: Message) -> None:
+        if message.receive_count == 1:
+            freeze(asyncio.get_running_loop(), 9)  # blocking code: the loop stands still
+
+    await backend.create_queue(QueueSpec("jobs", visibility_timeout_s=6))
+    await backend.inner.send("jobs", [OutgoingMessage(body="{}", entry_id="0")])
+    async with run_worker(app, backend=backend) as harness:
+        first, second = await harness.wait_for_handled(2)
+        await harness.wait_until_idle()
+    assert (first.outcome, second.outcome) == (Outcome.LEASE_LOST, Outcome.SUCCEEDED)
+    assert len(backend.of("delete")) == 1  # the copy's only
+
+
+async def test_handlers_see_a_read_only_lease_with_a_fence() -> None:
+    app = Worker(WorkerConfig(lease=LeaseConfig(visibility_s=30), wait_s=1))
+    seen: list[str] = []
+
+    @app.handler("jobs")
+    async def job(message: Message) -> None:
+        view = message.lease
+        assert isinstance(view, LeaseView) and message.lease is view
+        with pytest.raises(AttributeError):
+            view.deadline = 0.0  # type: ignore[misc]
+        view.ensure_held()  # held: no error
+        seen.append(f"{view.time_left_s():.0f}")
+        with pytest.raises(LeaseLostError, match="lapsed"):
+            view.ensure_held(now=view.deadline)
+
+    backend = RecordingBackend()
+    await backend.create_queue(QueueSpec("jobs", visibility_timeout_s=30))
+    await backend.inner.send("jobs", [OutgoingMessage(body="{}", entry_id="0")])
+    async with run_worker(app, backend=backend) as harness:
+        [handled] = await harness.wait_for_handled(1)
+    assert handled.outcome is Outcome.SUCCEEDED
+    assert seen == ["30"]

@@ -72,7 +72,7 @@ from worker.types import (
     VisibilityChange,
 )
 
-__all__ = ("OPERATIONS", "Fate", "FaultyBackend", "FaultyCall")
+__all__ = ("OPERATIONS", "Fate", "FaultyBackend", "FaultyCall", "freeze")
 
 #: The operations faults can be planned for: the `Backend` protocol's calls.
 OPERATIONS = frozenset({"aclose", "delete", "extend", "queue_info", "receive", "release", "send"})
@@ -177,7 +177,7 @@ class FaultyBackend(Generic[BackendT]):
             raise ValueError(f"seconds must be >= 0, got {seconds}")
         loop = asyncio.get_running_loop()
         _virtual_clock(loop)  # an unusable looptime fails here, in the caller
-        loop.call_soon(_freeze, loop, seconds)
+        loop.call_soon(freeze, loop, seconds)
 
     def _plan(self, operation: str, fault: _Fault) -> None:
         if fault.remaining is not None and fault.remaining < 1:
@@ -280,7 +280,9 @@ def _virtual_clock(loop: asyncio.AbstractEventLoop) -> dict[str, Any] | None:
     return state
 
 
-def _freeze(loop: asyncio.AbstractEventLoop, seconds: float) -> None:
+def freeze(loop: asyncio.AbstractEventLoop, seconds: float) -> None:
+    """Freeze `loop` for `seconds` now, from inside the running step: what blocking code in
+    an async handler does (`FaultyBackend.stall` does it from a callback of its own)."""
     clock = _virtual_clock(loop)
     if clock is None:
         _block_thread(seconds)
