@@ -25,6 +25,7 @@ from worker import (
     LeaseLostError,
     Message,
     Outcome,
+    Producer,
     TransientBackendError,
     Worker,
     WorkerConfig,
@@ -274,3 +275,34 @@ async def test_handlers_see_a_read_only_lease_with_a_fence() -> None:
         [handled] = await harness.wait_for_handled(1)
     assert handled.outcome is Outcome.SUCCEEDED
     assert seen == ["30"]
+
+
+async def test_a_send_from_a_handler_whose_lease_lapsed_does_not_go_out() -> None:
+    """Issue 27 (commit points): after a stall the handler's follow-up send went out although
+    the message was someone else's, who sends the same follow-up."""
+    backend = FaultyBackend(MemoryBackend())
+    producer = Producer(backend)
+    lease = LeaseConfig(visibility_s=6, extension_s=6, renew_margin_s=2)
+    app = Worker(WorkerConfig(lease=lease, max_in_flight=1, wait_s=1))
+    refused: list[str] = []
+
+    @app.handler("jobs")
+    async def job(message: Message) -> None:
+        if message.receive_count == 1:
+            freeze(asyncio.get_running_loop(), 9)  # blocking code: the loop stands still
+        try:
+            await producer.send("next", {"after": message.message_id})
+        except LeaseLostError as error:
+            refused.append(str(error))
+            raise
+
+    for queue in ("jobs", "next"):
+        await backend.create_queue(QueueSpec(queue, visibility_timeout_s=6))
+    await backend.inner.send("jobs", [OutgoingMessage(body="{}", entry_id="0")])
+    async with run_worker(app, backend=backend) as harness:
+        first, second = await harness.wait_for_handled(2)
+        await harness.wait_until_idle()
+    assert (first.outcome, second.outcome) == (Outcome.LEASE_LOST, Outcome.SUCCEEDED)
+    assert len(refused) == 1 and "lapsed" in refused[0]
+    sends = [call.queue for call in backend.calls if call.operation == "send"]
+    assert sends == ["next"]  # the copy's send only

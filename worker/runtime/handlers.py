@@ -39,6 +39,7 @@ from worker.backend import Limits
 from worker.clock import LoopClock
 from worker.core.lease import Lease, LeaseState
 from worker.core.settlement import Action, Outcome, Settlement, settlement_for
+from worker.envelope import fence
 from worker.envelope.codecs import PayloadError
 from worker.envelope.large_payloads import MissingPayload
 from worker.envelope.tracing import open_handler_span
@@ -159,6 +160,7 @@ class Executor:
         """
         # Each task runs in its own copy of the context: no need to unbind afterwards.
         bind_message(received.queue, received.message_id)
+        fence.enter(lease)  # a send from inside the handler checks its lease first
         started = self._clock.now()
         outcome, retry_after = Outcome.SHUTDOWN, 0.0
         span = open_handler_span(received)  # no `with`: see OpenSpan
@@ -257,10 +259,10 @@ class Executor:
         started: float,
     ) -> None:
         now = self._clock.now()
-        if outcome is Outcome.SUCCEEDED and self._keeper.lapsed(lease, now):
+        if outcome is not Outcome.SKIPPED and self._keeper.lapsed(lease, now):
             # A commit point: its deadline passed before anything noticed (a stall), so the
-            # message may be someone else's now. Lost (and logged by the keeper), not a
-            # success to delete.
+            # message may be someone else's now. Lost (and logged by the keeper): nothing
+            # to delete or release.
             outcome = Outcome.LEASE_LOST
         duration = now - started
         outcome_name: str = outcome._value_  # .value is a descriptor: four times the cost

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 import anyio
 
 from worker.backend import Limits
+from worker.envelope import fence
 from worker.envelope.large_payloads import S3Payloads
 from worker.envelope.tracing import aws_trace_header, inject
 from worker.errors import ConfigError, SendFailed, TransientBackendError
@@ -150,6 +151,7 @@ class Producer:
             if attempt > 1:
                 await anyio.sleep(self._backoff * 2 ** (attempt - 2))
             entries = [replace(messages[i], entry_id=str(i)) for i in pending]
+            fence.check()  # sent from a handler whose lease lapsed: not sent at all
             try:
                 answer = await self.backend.send(queue, entries)
             except TransientBackendError:
