@@ -9,7 +9,7 @@ import anyio
 import pytest
 
 from worker.errors import TransientBackendError
-from worker.runtime.calls import call_by
+from worker.runtime.calls import call_by, hedged_call_by
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
 
@@ -83,3 +83,68 @@ async def test_a_cancelled_task_group_is_not_turned_into_a_transient_error() -> 
         tasks.cancel_scope.cancel()
     assert outcomes == ["cancelled"]
     assert anyio.current_time() == pytest.approx(5)
+
+
+# -- hedged calls (an idempotent call whose late answer must not be thrown away) ------------
+
+
+async def test_a_late_answer_wins_over_the_hedge_sent_beside_it() -> None:
+    sent: list[float] = []
+    hedges: list[float] = []
+
+    async def call() -> str:
+        sent.append(anyio.current_time())
+        await anyio.sleep(2.5 if len(sent) == 1 else 10)  # the first answers late, not lost
+        return f"answer {len(sent)}"
+
+    start = anyio.current_time()
+    answer, sent_at = await hedged_call_by(
+        1.0,
+        start + 4,
+        call,
+        operation="Extend",
+        queue="q",
+        on_hedge=lambda: hedges.append(anyio.current_time() - start),
+    )
+    assert answer == "answer 3"  # the first call answers while three are out
+    assert sent_at == start  # it was the first call that answered
+    assert anyio.current_time() - start == pytest.approx(2.5)
+    assert hedges == [pytest.approx(1.0), pytest.approx(2.0)]
+    assert [t - start for t in sent] == [0, pytest.approx(1.0), pytest.approx(2.0)]
+
+
+async def test_a_lost_answer_is_covered_by_the_next_call() -> None:
+    sent: list[float] = []
+
+    async def call() -> int:
+        sent.append(anyio.current_time())
+        if len(sent) == 1:
+            await anyio.sleep_forever()  # landed, the answer lost
+        await anyio.sleep(0.2)
+        return len(sent)
+
+    start = anyio.current_time()
+    answer, sent_at = await hedged_call_by(1.0, start + 4, call, operation="Extend", queue="q")
+    assert (answer, sent_at - start) == (2, pytest.approx(1.0))
+    assert anyio.current_time() - start == pytest.approx(1.2)
+
+
+async def test_every_call_failing_raises_the_first_error_and_the_deadline_gives_up() -> None:
+    errors = iter([ValueError("first"), ValueError("second")])
+
+    async def failing() -> None:
+        await anyio.sleep(0.5)
+        raise next(errors)
+
+    start = anyio.current_time()
+    with pytest.raises(ValueError, match="first"):
+        await hedged_call_by(10.0, start + 4, failing, operation="Extend", queue="q")
+
+    async def hanging() -> None:
+        await anyio.sleep_forever()
+
+    start = anyio.current_time()
+    with pytest.raises(TransientBackendError) as raised:
+        await hedged_call_by(1.0, start + 3, hanging, operation="Extend", queue="q")
+    assert raised.value.code == "DeadlineReached"
+    assert anyio.current_time() - start == pytest.approx(3)

@@ -4,6 +4,11 @@ botocore's read timeout must exceed the 20 s long poll, so a request lost on a d
 connection (no reset, no answer) would hang that long: longer than a lease's renewal margin.
 The runtime abandons such a call at a deadline it chooses and treats it as a transient
 failure, to be retried on a fresh connection.
+
+An idempotent call that must not lose a late answer (an SQS renewal) is hedged instead
+(`hedged_call_by`): past its usual time a second, identical call goes out beside the first,
+on another connection, and whichever answers first is the answer. A slow network then costs
+one extra call, not the answer that was on its way; a lost answer is covered by the second.
 """
 
 from __future__ import annotations
@@ -12,9 +17,11 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+import anyio
+
 from worker.errors import BackendError, TransientBackendError
 
-__all__ = ["as_backend_error", "call_by"]
+__all__ = ["as_backend_error", "call_by", "hedged_call_by"]
 
 T = TypeVar("T")
 
@@ -47,6 +54,60 @@ async def call_by(
             queue=queue,
             code=code,
         ) from None
+
+
+async def hedged_call_by(
+    hedge_every: float,
+    deadline: float,
+    call: Callable[[], Awaitable[T]],
+    *,
+    operation: str,
+    queue: str,
+    on_hedge: Callable[[], None] | None = None,
+) -> tuple[T, float]:
+    """`await call()`, and another identical `call()` beside the ones under way each time
+    `hedge_every` seconds pass without an answer (`on_hedge` hears of each); the first
+    answer wins and the others are abandoned. Returns the answer and when the call that
+    gave it was sent. Abandoned at `deadline` (loop time) with a `TransientBackendError`
+    (code "DeadlineReached"); once every call sent has raised, the first error is raised.
+    For idempotent calls only: several may land."""
+    answers: list[tuple[T, float]] = []
+    errors: list[Exception] = []
+    settled = anyio.Event()
+    sent = 0
+
+    async def attempt() -> None:
+        sent_at = anyio.current_time()
+        try:
+            answer = await call()
+        except Exception as error:  # the caller maps it (as_backend_error)
+            errors.append(error)
+            if len(errors) == sent:
+                settled.set()
+            return
+        answers.append((answer, sent_at))
+        settled.set()
+
+    with anyio.move_on_after(max(0.0, deadline - anyio.current_time())):
+        async with anyio.create_task_group() as calls:
+            while not settled.is_set():
+                if sent and on_hedge is not None:
+                    on_hedge()
+                sent += 1
+                calls.start_soon(attempt)
+                with anyio.move_on_after(hedge_every):
+                    await settled.wait()
+            calls.cancel_scope.cancel()  # the other calls: their answers are not needed
+    if answers:
+        return answers[0]
+    if errors and len(errors) == sent:
+        raise errors[0]
+    raise TransientBackendError(
+        f"{operation} on queue {queue!r}: no answer in time",
+        operation=operation,
+        queue=queue,
+        code="DeadlineReached",
+    )
 
 
 def as_backend_error(raised: Exception, log: Any, operation: str, queue: str) -> BackendError:

@@ -35,10 +35,11 @@ Calls that land late (issue 27): a renewal may reach the service and answer late
   abandoned while its answer can still arrive before the deadline: the old handle stops
   working once the call lands, so a retry with it would be refused and the lease lost.
   A late answer's handle is adopted.
-- Elsewhere (SQS) a renewal is abandoned early only when a retry could still land before
-  the deadline; the time it is given follows the round trips measured (twice the slowest of
-  the recent ones, at least `renew_timeout_s`), so a slow network slows renewals down
-  instead of losing every lease that needs one.
+- Elsewhere (SQS: an extension is idempotent) a renewal is hedged, never abandoned before
+  the deadline: each time a call's time passes without an answer (twice the slowest recent
+  round trip, at least `renew_timeout_s`) another call goes out beside it and the first
+  answer wins, so a slow network costs an extra call instead of every lease that needs a
+  renewal, and a lost answer is covered by the next call.
 
 Stalls: a watchdog, a plain loop callback every `_WATCH_S` (not a task), notices when the
 loop did not run for a while (SIGSTOP, a long GC, blocking code) and loses every lease whose
@@ -66,7 +67,7 @@ from worker.core.lease import Lease, LeaseState
 from worker.core.schedule import LeaseSchedule
 from worker.core.settlement import Outcome
 from worker.errors import TransientBackendError
-from worker.runtime.calls import as_backend_error, call_by
+from worker.runtime.calls import as_backend_error, hedged_call_by
 from worker.runtime.metrics import Metrics
 from worker.runtime.waiters import Waiters
 from worker.types import BatchResult, EntryFailure, VisibilityChange
@@ -390,7 +391,7 @@ class LeaseKeeper:
         one_by_one = called = False
         try:
             try:
-                result = await self._extend_before_deadline(queue, entries, renewals)
+                result, sent_at = await self._extend_before_deadline(queue, entries, renewals)
                 called = True
             except Exception as raised:
                 error = as_backend_error(raised, self._log, "ChangeMessageVisibilityBatch", queue)
@@ -441,41 +442,49 @@ class LeaseKeeper:
 
     async def _extend_before_deadline(
         self, queue: str, entries: list[VisibilityChange], renewals: Sequence[_Renewal]
-    ) -> BatchResult:
-        """The call, abandoned at `_give_up_at` (at the latest at the batch's earliest
-        deadline: an answer that comes later cannot be trusted, SQS may have let the message
-        go to another consumer meanwhile). The round trip, or the time it was given when
-        abandoned, sets the time later calls are given."""
+    ) -> tuple[BatchResult, float]:
+        """The call and when the call that answered was sent, abandoned at the batch's
+        earliest deadline (an answer that comes later cannot be trusted: SQS may have let
+        the message go to another consumer meanwhile).
+
+        A backend whose extension hands out a new handle (SMQ): one call, never abandoned
+        before the deadline (the old handle stops working once it lands, so only its answer
+        carries a handle that works). Elsewhere (SQS: an extension is idempotent), hedged:
+        each time a call's time passes without an answer (`renew_timeout_s`, or twice the
+        slowest recent round trip if longer) another call goes out beside the ones under
+        way, and the first answer wins: a late answer still renews the lease, a lost one is
+        covered by the next call."""
         now = self._clock.now()
-        earliest = min(lease.deadline for lease, _, _ in renewals)
-        give_up = self._give_up_at(now, earliest)
+        deadline = min(lease.deadline for lease, _, _ in renewals)
+        if self._backend.limits.extension_returns_new_handle:
+            hedge_every = math.inf
+        else:
+            slowest = max(self._round_trips, default=0.0)
+            hedge_every = max(self._config.effective_renew_timeout_s, 2 * slowest)
+
+        def hedged() -> None:  # the call under way is slow: counted and said as a timeout
+            self._metrics.renewal_failures.labels(queue, "Timeout").inc(len(renewals))
+            self._log.warning(
+                "lease.renew_call_failed",
+                queue=queue,
+                leases=len(renewals),
+                code="Timeout",
+                error="no answer in time",
+                retry="a second call beside it (hedged)",
+            )
+
         try:
-            result = await call_by(
-                give_up,
+            result, sent_at = await hedged_call_by(
+                hedge_every,
+                deadline,
                 lambda: self._backend.extend(queue, entries),
                 operation="ChangeMessageVisibilityBatch",
                 queue=queue,
-                code="DeadlineReached" if give_up >= earliest else "Timeout",
+                on_hedge=hedged,
             )
-        except TransientBackendError:
+        finally:
             self._round_trips.append(self._clock.now() - now)
-            raise
-        self._round_trips.append(self._clock.now() - now)
-        return result
-
-    def _give_up_at(self, now: float, deadline: float) -> float:
-        """When a renewal sent at `now` is abandoned, for a lease that lapses at `deadline`.
-
-        A backend whose extension hands out a new handle: at the deadline (a late answer
-        carries the only handle that still works). Elsewhere: after the time a call is
-        given (`renew_timeout_s`, or twice the slowest recent round trip if longer), if a
-        retry could still land before the deadline after it; else at the deadline (an
-        answer late by less than the time left still renews the lease)."""
-        if self._backend.limits.extension_returns_new_handle:
-            return deadline
-        allowed = max(self._config.effective_renew_timeout_s, 2 * max(self._round_trips, default=0))
-        retry_lands_by = now + allowed + self._config.retry_interval_s + allowed
-        return now + allowed if retry_lands_by < deadline else deadline
+        return result, sent_at
 
     def _apply(
         self,
