@@ -11,7 +11,8 @@ long rollback (`app.handler_rolling_back`); `=always` makes it swallow every can
 (`app.handler_swallowed` each time) and go on waiting. `SHUTDOWN_APP_POISON=1` makes the
 first handler to start end with `sys.exit(0)`. `SHUTDOWN_APP_ON_ERROR` is the handler's
 error policy, `SHUTDOWN_APP_FLUSH_S` the shutdown's flush timeout, `SHUTDOWN_APP_CALL_TIMEOUT_S`
-the worker's call timeout.
+the worker's call timeout, `SHUTDOWN_APP_WAIT_S` its long polls' wait (20 s by default; a
+shutdown waits for the poll in flight, within the grace).
 
 A background task holds on until the worker cancels it, after the final flush, and then
 writes a JSON report to `SHUTDOWN_APP_REPORT`: the engine's counts, each sent message's
@@ -95,6 +96,7 @@ app = Worker(
             grace_s=float(_env("GRACE_S", "30")), flush_timeout_s=float(_env("FLUSH_S", "10"))
         ),
         call_timeout_s=float(_env("CALL_TIMEOUT_S", "5")),
+        wait_s=int(_env("WAIT_S", "20")),
     ),
     name="shutdown-app",
 )

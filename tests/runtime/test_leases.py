@@ -198,7 +198,8 @@ async def test_lost_lease_cancels_the_handler_and_settles_nothing() -> None:
         async with run_worker(app, backend=backend) as harness:
             await started.wait()
             backend.inner.engine.expire("jobs", message_id)  # behind the worker's back
-            other = await backend.inner.receive("jobs", max_messages=1, wait_s=0)
+            # Kept past the shutdown's poll (issue 27, defect 4: it would take it and release it).
+            other = await backend.inner.receive("jobs", max_messages=1, wait_s=0, visibility_s=600)
             assert [m.message_id for m in other] == [message_id]
             await cancelled.wait()
             [record] = await harness.wait_for_handled(1)

@@ -9,6 +9,15 @@ lease the moment it arrives, before its handler starts.
 A transient failure (throttling, 5xx, timeouts, `OverLimit`) pauses receiving with a
 doubling backoff while handlers and renewals go on. A fatal one (missing queue, access
 denied) is passed to `on_fatal`, which starts a shutdown.
+
+`stop()` (a shutdown) ends receiving without throwing away what a long poll already took:
+no new poll starts (a loop waiting for a slot or pausing after a failure returns at once),
+a poll in flight is left to finish, and whatever it brings goes to `release` (handed back
+at once, its handler never run) instead of `dispatch`. A poll is given `wait_s` plus the
+call timeout at most; the supervisor bounds the wait by the shutdown's grace and then
+cancels what is left (`cut_short`): messages the service handed out in an answer that
+never arrives cannot be released, having no receipt handle here, and stay invisible until
+the visibility asked for at receive (`LeaseConfig.visibility_s`) runs out.
 """
 
 from __future__ import annotations
@@ -48,6 +57,7 @@ class Receiver:
         slots: Slots,
         adopt: Callable[[ReceivedMessage, float, float], bool],
         dispatch: Callable[[ReceivedMessage, Lease], None],
+        release: Callable[[Lease], None],
         on_finish: Callable[[Lease], None],
         on_fatal: Callable[[FatalBackendError], None],
         logger: Any = None,
@@ -62,7 +72,14 @@ class Receiver:
         self._slots = slots
         self._adopt = adopt
         self._dispatch = dispatch
+        self._release = release
         self._on_finish = on_finish
+        self._stopping = False  # read once a receive: a plain bool
+        self._stopped = anyio.Event()  # wakes a pause after a failed receive
+        self._loops = 0  # `run()`s under way (`receive_concurrency`)
+        self._ended = anyio.Event()  # set once stopped and every loop has returned
+        #: Polls cancelled on the wire after `stop()`: what they took cannot be released.
+        self.cut_short = 0
         # Bound once: every lease keeps both, and a bound method made per lease is 64 bytes.
         self._now = clock.now
         self._lease_finished = self._finished
@@ -78,11 +95,36 @@ class Receiver:
         #: it costs a lookup and a parse per message).
         self._note_sent_on = note_sent
 
+    def stop(self) -> None:
+        """Start no more polls; those in flight finish, and what they bring is released."""
+        self._stopping = True
+        self._stopped.set()
+        self._slots.close()
+        self._end_if_idle()
+
+    async def wait_stopped(self) -> None:
+        """Return once stopped and no poll is under way any more."""
+        await self._ended.wait()
+
+    def _end_if_idle(self) -> None:
+        if self._stopping and not self._loops:
+            self._ended.set()
+
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        self._loops += 1
+        try:
+            await self._run(task_status)
+        finally:
+            self._loops -= 1
+            self._end_if_idle()
+
+    async def _run(self, task_status: TaskStatus[None]) -> None:
         task_status.started()
         pause = self._config.receive_backoff_s
         while True:
             reserved = await self._slots.reserve(self._backend.limits.receive_batch)
+            if not reserved:
+                return  # stopped
             held = 0
             try:
                 held = await self._receive_once(reserved)
@@ -103,7 +145,8 @@ class Receiver:
                     retry_in_s=pause,
                 )
                 self._slots.give_back(reserved - held)
-                await anyio.sleep(pause)
+                with anyio.move_on_after(pause):
+                    await self._stopped.wait()  # a stop ends the pause
                 pause = min(pause * 2, self._config.receive_backoff_max_s)
                 continue
             except BaseException:
@@ -118,18 +161,25 @@ class Receiver:
         lease_config = self._config.lease
         sent_at = self._clock.now()
         self._metrics.receive_calls.labels(self.queue).inc()
-        messages = await call_by(
-            sent_at + self._config.wait_s + self._config.call_timeout_s,
-            lambda: self._backend.receive(
-                self.queue,
-                max_messages=count,
-                wait_s=self._config.wait_s,
-                visibility_s=lease_config.visibility_s,
-            ),
-            operation="ReceiveMessage",
-            queue=self.queue,
-        )
+        try:
+            messages = await call_by(
+                sent_at + self._config.wait_s + self._config.call_timeout_s,
+                lambda: self._backend.receive(
+                    self.queue,
+                    max_messages=count,
+                    wait_s=self._config.wait_s,
+                    visibility_s=lease_config.visibility_s,
+                ),
+                operation="ReceiveMessage",
+                queue=self.queue,
+            )
+        except anyio.get_cancelled_exc_class():
+            if self._stopping:
+                self.cut_short += 1
+            raise
         handed_out = self._handed_out(sent_at)
+        # Stopped while the poll was out: what it brought is handed back, never run.
+        dispatch = self._release_now if self._stopping else self._dispatch
         if not messages:
             self._metrics.empty_receives.labels(self.queue).inc()
         else:
@@ -160,8 +210,11 @@ class Receiver:
             held += 1
             self._in_flight.inc()
             self._keeper.track(lease)
-            self._dispatch(received, lease)
+            dispatch(received, lease)
         return held
+
+    def _release_now(self, received: ReceivedMessage, lease: Lease) -> None:
+        self._release(lease)
 
     def _handed_out(self, sent_at: float) -> float:
         """A safe estimate of when the service handed out what a receive answered: never

@@ -12,9 +12,14 @@ Tasks::
 
 Shutdown, on the first `request_shutdown()` (SIGTERM/SIGINT in the CLI), bounded by
 `grace_s + flush_timeout_s` whatever the handlers do:
-1. receiving stops at once: the receive loops, and their pending long polls, are cancelled;
-2. drain: handlers run on, leases still extended, for `grace_s` (a second request: for
-   `second_signal_grace_s`);
+1. receiving stops at once: no new long poll starts; those in flight are not thrown away
+   (the service may already have handed messages out in their answers) but waited for,
+   within the grace (each ends by `wait_s` plus the call timeout), and what they bring is
+   released at once, its handlers never run; a poll still unanswered at the grace's end
+   is cancelled (`shutdown.receive_cut_short`: what it took, if anything, stays invisible
+   until the visibility asked for at receive runs out);
+2. drain: handlers run on, leases still extended, until `grace_s` after the request (a
+   second request: `second_signal_grace_s` after it, which cuts the polls short too);
 3. every handler still running is cancelled, level-triggered, and its message released
    (shortest visibility); a synchronous handler's lease is kept while its thread runs;
 4. handlers get half of `flush_timeout_s` to end (after a second request, one loop
@@ -136,6 +141,8 @@ class Supervisor:
         )
         self._handlers = HandlerTasks(on_crash=lambda error: self._crashed("a handler task", error))
         self._stop_receiving = anyio.Event()
+        self._stopped_at = 0.0  # when receiving was told to stop: the grace counts from it
+        self._released_unhandled = 0  # brought by polls in flight at the stop
         self._drained = anyio.Event()
         # A second request or a crash moves a phase's end up, and the scope waiting for it.
         self._until: dict[str, float] = {}
@@ -269,8 +276,7 @@ class Supervisor:
             if self._sampler is not None:
                 await services.start(self._service, "the queue sampler", self._sampler.run)
             self.dispatcher.tasks = await self._handlers.open()
-            await self._receive_until_stopped(services, task_status)
-            await self._drain()
+            await self._receive_and_drain(task_status)
             cancelled_at = self.clock.now()
             self._cancel_held()
             await self._wind_down(cancelled_at + flush_s / 2)
@@ -299,9 +305,8 @@ class Supervisor:
             for warning in check_queue(spec.policy, info, self.app.config.lease):
                 self._log.warning("queue.config_warning", queue=spec.queue, warning=warning)
 
-    async def _receive_until_stopped(
-        self, services: TaskGroup, task_status: TaskStatus[None]
-    ) -> None:
+    async def _receive_and_drain(self, task_status: TaskStatus[None]) -> None:
+        """Receive until stopped, then drain: the polls in flight and the handlers together."""
         async with anyio.create_task_group() as receivers:
             for spec in self.app.registry:
                 receiver = self.receivers[spec.queue] = self._receiver(
@@ -317,7 +322,19 @@ class Supervisor:
             self._log.info("worker.started", queues=self.app.registry.queues)
             task_status.started()
             await self._stop_receiving.wait()
-            receivers.cancel_scope.cancel()
+            self._stopped_at = self.clock.now()
+            for receiver in self.receivers.values():
+                receiver.stop()  # no new polls: those in flight end by themselves
+            await self._drain()
+            receivers.cancel_scope.cancel()  # polls unanswered at the drain's end
+        self._polls_ended()
+
+    def _polls_ended(self) -> None:
+        cut_short = sum(receiver.cut_short for receiver in self.receivers.values())
+        if cut_short:
+            self._log.warning("shutdown.receive_cut_short", polls=cut_short)
+        if self._released_unhandled:
+            self._log.info("shutdown.released_unhandled", messages=self._released_unhandled)
 
     async def _service(
         self,
@@ -355,6 +372,7 @@ class Supervisor:
             slots=slots,
             adopt=self.dispatcher.adopt,
             dispatch=self._dispatch,
+            release=self._release_unhandled,
             on_finish=self._finished,
             on_fatal=self._on_fatal,
             note_sent=self._sampler is not None,
@@ -374,6 +392,12 @@ class Supervisor:
             release = Settlement(Action.RELEASE, self.backend.limits.min_release_visibility_s)
             self.settler.submit(lease, release)
 
+    def _release_unhandled(self, lease: Lease) -> None:
+        """A message a poll in flight at the stop brought: handed back at once, not run."""
+        self._released_unhandled += 1
+        release = Settlement(Action.RELEASE, self.backend.limits.min_release_visibility_s)
+        self.settler.submit(lease, release)
+
     def _finished(self, lease: Lease) -> None:
         self.dispatcher.forget(lease)
         for listener in self.on_lease_finished:
@@ -384,7 +408,8 @@ class Supervisor:
     def _on_fatal(self, error: FatalBackendError) -> None:
         self._log.error("worker.fatal", error=str(error), code=error.code, queue=error.queue)
         self._fatal = self._fatal or error
-        self.request_shutdown()
+        if not self.stopping:  # a poll in flight at the stop: not a second request
+            self.request_shutdown()
 
     def _move_up(self, phase: str, until: float) -> None:
         self._until[phase] = min(self._until.get(phase, until), until)
@@ -399,11 +424,17 @@ class Supervisor:
         del self._scopes[phase]
 
     async def _drain(self) -> None:
-        if not self.dispatcher.held_count:
-            return
+        """Until `grace_s` after the stop: the handlers end, and the polls in flight too."""
         grace = self.app.config.shutdown.grace_s
-        self._log.info("shutdown.draining", in_flight=self.in_flight, grace_s=grace)
-        await self._phase("drain", self.clock.now() + grace, self._drained.wait)
+        if self.dispatcher.held_count:
+            self._log.info("shutdown.draining", in_flight=self.in_flight, grace_s=grace)
+        await self._phase("drain", self._stopped_at + grace, self._until_drained)
+
+    async def _until_drained(self) -> None:
+        for receiver in self.receivers.values():
+            await receiver.wait_stopped()
+        if self.dispatcher.held_count:  # else `_drained` may never be set: nothing ends
+            await self._drained.wait()
 
     def _cancel_held(self) -> None:
         left = [lease for lease in self.dispatcher.held() if lease.cancel_reason is None]
