@@ -63,6 +63,10 @@ class Limits:
     extension_returns_new_handle: bool
     #: True where messages can be read without changing their visibility.
     supports_peek: bool
+    #: True where a receive cancelled before it answers has handed nothing out (the
+    #: in-process engine): a shutdown cancels its polls at once instead of waiting for
+    #: their answers. False for a service over a network, whose answer may be on its way.
+    cancelled_receive_takes_nothing: bool
 
 
 @runtime_checkable

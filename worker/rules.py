@@ -58,6 +58,7 @@ SQS_LIMITS = Limits(
     max_lease_s=43_200,
     extension_returns_new_handle=False,
     supports_peek=False,
+    cancelled_receive_takes_nothing=False,
 )
 
 #: What Alibaba Cloud SMQ allows per call: receive, delete and send 16; one visibility
@@ -76,6 +77,7 @@ SMQ_LIMITS = Limits(
     max_lease_s=43_200,
     extension_returns_new_handle=True,
     supports_peek=True,
+    cancelled_receive_takes_nothing=False,
 )
 
 #: The queue-name rule in words, for error messages.

@@ -43,7 +43,9 @@ __all__ = ["MemoryBackend"]
 
 class MemoryBackend(DeadLetterCalls):
     """A `Backend`, `QueueAdmin` and `DeadLetterAdmin` over a `MemoryEngine`; `engine` is
-    there for test hooks. The engine can peek, whatever its dialect (`Limits.supports_peek`).
+    there for test hooks. The engine can peek, whatever its dialect (`Limits.supports_peek`),
+    and a receive cancelled before it answers has taken nothing (its wait and its hand-out
+    are one step in this process), so a shutdown need not wait for a poll in flight.
 
     With no engine, one is built on `clock` (default: the event loop's clock). Several
     backends may share one engine, like several clients of one SQS.
@@ -56,7 +58,9 @@ class MemoryBackend(DeadLetterCalls):
             raise ValueError("pass a clock or an engine (which has its clock), not both")
         self._engine = engine
         # Read several times per message: made once.
-        self._limits = replace(engine.dialect.limits, supports_peek=True)
+        self._limits = replace(
+            engine.dialect.limits, supports_peek=True, cancelled_receive_takes_nothing=True
+        )
         self._clock = engine.clock
         self._waiters: dict[str, set[anyio.Event]] = {}
         self._unsubscribe = engine.subscribe(self._on_change)

@@ -67,6 +67,9 @@ class Dialect:
             max_lease_s=self.max_lease_s,
             extension_returns_new_handle=self.rotates_handles,
             supports_peek=self.peek,
+            # The service's own limits (serve-sqs, serve-smq answer over a network);
+            # MemoryBackend, in process, says otherwise.
+            cancelled_receive_takes_nothing=False,
         )
 
 

@@ -22,7 +22,7 @@ the visibility asked for at receive (`LeaseConfig.visibility_s`) runs out.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -80,6 +80,8 @@ class Receiver:
         self._ended = anyio.Event()  # set once stopped and every loop has returned
         #: Polls cancelled on the wire after `stop()`: what they took cannot be released.
         self.cut_short = 0
+        #: The polls under way, each in a scope `stop()` may cancel.
+        self._polls: set[anyio.CancelScope] = set()
         # Bound once: every lease keeps both, and a bound method made per lease is 64 bytes.
         self._now = clock.now
         self._lease_finished = self._finished
@@ -96,10 +98,14 @@ class Receiver:
         self._note_sent_on = note_sent
 
     def stop(self) -> None:
-        """Start no more polls; those in flight finish, and what they bring is released."""
+        """Start no more polls; those in flight finish, and what they bring is released (on
+        a backend whose cancelled receive takes nothing, they are cancelled at once)."""
         self._stopping = True
         self._stopped.set()
         self._slots.close()
+        if self._backend.limits.cancelled_receive_takes_nothing:
+            for poll in self._polls:
+                poll.cancel()
         self._end_if_idle()
 
     async def wait_stopped(self) -> None:
@@ -161,22 +167,27 @@ class Receiver:
         lease_config = self._config.lease
         sent_at = self._clock.now()
         self._metrics.receive_calls.labels(self.queue).inc()
+        messages: Sequence[ReceivedMessage] = ()
         try:
-            messages = await call_by(
-                sent_at + self._config.wait_s + self._config.call_timeout_s,
-                lambda: self._backend.receive(
-                    self.queue,
-                    max_messages=count,
-                    wait_s=self._config.wait_s,
-                    visibility_s=lease_config.visibility_s,
-                ),
-                operation="ReceiveMessage",
-                queue=self.queue,
-            )
+            with anyio.CancelScope() as poll:
+                self._polls.add(poll)
+                messages = await call_by(
+                    sent_at + self._config.wait_s + self._config.call_timeout_s,
+                    lambda: self._backend.receive(
+                        self.queue,
+                        max_messages=count,
+                        wait_s=self._config.wait_s,
+                        visibility_s=lease_config.visibility_s,
+                    ),
+                    operation="ReceiveMessage",
+                    queue=self.queue,
+                )
         except anyio.get_cancelled_exc_class():
             if self._stopping:
                 self.cut_short += 1
             raise
+        finally:
+            self._polls.discard(poll)
         handed_out = self._handed_out(sent_at)
         # Stopped while the poll was out: what it brought is handed back, never run.
         dispatch = self._release_now if self._stopping else self._dispatch

@@ -51,7 +51,9 @@ async def test_implements_both_protocols(backend: MemoryBackend) -> None:
     assert isinstance(backend, Backend)
     assert isinstance(backend, QueueAdmin)
     # SQS's numbers, and a peek (the engine has one whatever its dialect).
-    assert backend.limits == replace(SQS_DIALECT.limits, supports_peek=True)
+    assert backend.limits == replace(
+        SQS_DIALECT.limits, supports_peek=True, cancelled_receive_takes_nothing=True
+    )
     assert isinstance(backend.engine, MemoryEngine)
     assert isinstance(backend.engine.clock, LoopClock)
 
