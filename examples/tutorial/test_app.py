@@ -4,7 +4,6 @@
 # --8<-- [start:file]
 # test_app.py
 import asyncio
-import json
 
 import pytest
 from app import app
@@ -18,7 +17,7 @@ from worker.testing import run_worker
 async def test_every_order_ships_once() -> None:
     async with run_worker(app) as harness:  # the in-memory engine, queue "orders" created
         handled = await harness.wait_for_handled(5)  # send_orders sends five at start
-    ids = sorted(json.loads(h.message.body)["id"] for h in handled)
+    ids = sorted(h.message.body["id"] for h in handled)
     assert ids == [1, 2, 3, 4, 5]
     assert all(h.outcome is Outcome.SUCCEEDED for h in handled)
 
@@ -31,7 +30,8 @@ async def test_an_hour_long_order_keeps_its_lease() -> None:
         await harness.wait_for_handled(5)
         started = loop.time()
         await harness.send("orders", {"id": 42, "work_s": 3600})
-        [*_, handled] = await harness.wait_for_handled(6)
+        # Waits end after an hour of the loop's clock unless told otherwise.
+        [*_, handled] = await harness.wait_for_handled(6, timeout_s=2 * 3600)
         hour = loop.time() - started
     assert handled.outcome is Outcome.SUCCEEDED
     assert 3600 <= hour < 3601  # an hour of the loop's time, in a fraction of a second

@@ -100,7 +100,7 @@ async def test_with_the_token_the_same_origin_and_the_name_it_redrives() -> None
             session.get(f"http://127.0.0.1:{port}/api/dlq") as response,
         ):
             listing = await response.json()
-    assert handled.message.body == '{"poison": 1}'
+    assert handled.message.body == {"poison": 1}
     [row] = listing["dead_letter_queues"]
     assert (row["queue"], row["sources"], row["visible"]) == ("orders-dlq", ["orders"], 0)
     assert row["tasks"] == [{"status": "COMPLETED", "moved": 1, "to_move": 1}]

@@ -110,7 +110,7 @@ async def test_a_base_exception_from_a_handler_fails_only_its_message(
             with anyio.fail_after(30):
                 records = await harness.wait_for_handled(3)
                 await harness.wait_until_idle()
-    by_n = {record.message.body: record for record in records}
+    by_n = {record.message.raw_body: record for record in records}
     poisoned = by_n['{"n": 0}']
     assert poisoned.outcome is Outcome.FAILED
     assert poisoned.settlement == Settlement(Action.RELEASE, 60)

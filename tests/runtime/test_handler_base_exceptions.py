@@ -102,7 +102,7 @@ async def test_generator_exit_from_a_handler_fails_only_its_message(raised: str,
                 await harness.wait_until_idle()
     # run_worker raised nothing: the worker did not crash.
     assert [e for e in logs if e["event"] == "worker.crashed"] == []
-    by_n = {record.message.body: record for record in records}
+    by_n = {record.message.raw_body: record for record in records}
     poisoned = by_n['{"n": 0}']
     assert (poisoned.outcome, poisoned.settlement) == (
         Outcome.FAILED,
@@ -149,7 +149,7 @@ async def test_generator_exit_in_a_fifo_group_fails_its_message_and_releases_the
         with anyio.fail_after(30):
             records = await harness.wait_for_handled(4)
             await harness.wait_until_idle()
-    outcomes = {r.message.body: r.outcome for r in records}
+    outcomes = {r.message.raw_body: r.outcome for r in records}
     assert [outcomes[f'{{"n": {n}}}'] for n in range(4)] == [
         Outcome.FAILED,
         Outcome.SKIPPED,

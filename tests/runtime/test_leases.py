@@ -139,7 +139,7 @@ async def test_max_lease_cancels_the_handler_before_the_12h_cap() -> None:
     [message_id] = await _prepare(backend, "jobs", 1)
     started = anyio.current_time()
     async with run_worker(app, backend=backend) as harness:
-        [record] = await harness.wait_for_handled(1)
+        [record] = await harness.wait_for_handled(1, timeout_s=13 * 3600)
         await harness.wait_until_idle()
         harness.shutdown()
     assert record.outcome is Outcome.TIMED_OUT

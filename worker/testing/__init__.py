@@ -38,6 +38,14 @@ with no callback running in between). Every call and its `Fate` is in `calls`::
 
 from worker.clock import ManualClock
 from worker.testing.faults import Fate, FaultyBackend
-from worker.testing.harness import Handled, WorkerHarness, run_worker
+from worker.testing.harness import Handled, HandledMessage, WorkerHarness, run_worker
 
-__all__ = ("Fate", "FaultyBackend", "Handled", "ManualClock", "WorkerHarness", "run_worker")
+__all__ = (
+    "Fate",
+    "FaultyBackend",
+    "Handled",
+    "HandledMessage",
+    "ManualClock",
+    "WorkerHarness",
+    "run_worker",
+)

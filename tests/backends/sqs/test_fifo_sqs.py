@@ -175,5 +175,5 @@ async def test_a_failure_releases_the_rest_of_its_group_so_order_is_kept(
 
 
 def _label(record: Handled) -> str:
-    body = json.loads(record.message.body)
+    body = record.message.body
     return f"{body['group']}{body['n']}"

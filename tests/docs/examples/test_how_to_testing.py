@@ -29,7 +29,7 @@ def test_the_pages_blocks_are_one_module_of_passing_tests(tmp_path: Path) -> Non
     )
     assert done.returncode == 0, done.stdout + done.stderr
     tests = sum(len(re.findall(r"^async def test_", block, re.MULTILINE)) for block in blocks)
-    assert tests == 4
+    assert tests == 5
     assert f"{tests} passed" in done.stdout
 
 
