@@ -37,7 +37,13 @@ from worker.runtime.metrics import Metrics
 from worker.runtime.scope import HandlerScope
 from worker.testing import FaultyBackend, Handled, run_worker
 from worker.testing.faults import freeze
-from worker.types import BatchResult, OutgoingMessage, QueueSpec, VisibilityChange
+from worker.types import (
+    BatchResult,
+    OutgoingMessage,
+    QueueSpec,
+    ReceivedMessage,
+    VisibilityChange,
+)
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
 
@@ -306,3 +312,47 @@ async def test_a_send_from_a_handler_whose_lease_lapsed_does_not_go_out() -> Non
     assert len(refused) == 1 and "lapsed" in refused[0]
     sends = [call.queue for call in backend.calls if call.operation == "send"]
     assert sends == ["next"]  # the copy's send only
+
+
+async def test_a_receive_answered_during_a_stall_is_not_run_past_its_lapsed_lease() -> None:
+    """Issue 27 (stalls; found by bench/lease_chaos): a long poll answered while the process
+    was frozen got its handed-out time from when the worker resumed, a deadline later than
+    the service's by the whole stall: the message ran although another consumer held it."""
+    backend = RecordingBackend()
+    receive = backend.receive
+    frozen: list[float] = []
+
+    async def frozen_receive(
+        queue: str, *, max_messages: int, wait_s: float, visibility_s: int | None = None
+    ) -> Sequence[ReceivedMessage]:
+        got = await receive(
+            queue, max_messages=max_messages, wait_s=wait_s, visibility_s=visibility_s
+        )
+        if got and not frozen:  # landed: the engine handed it out; then the process freezes
+            frozen.append(anyio.current_time())
+            loop = asyncio.get_running_loop()
+            loop.call_soon(freeze, loop, 5)  # longer than the lease, within the call's time
+            await anyio.sleep(0.5)  # the answer on its way back
+        return got
+
+    backend.receive = frozen_receive  # type: ignore[method-assign]
+    lease = LeaseConfig(visibility_s=3, extension_s=3, renew_margin_s=1)
+    app = Worker(WorkerConfig(lease=lease, max_in_flight=1, wait_s=1))
+    runs: list[int] = []
+
+    @app.handler("jobs")
+    async def job(message: Message) -> None:
+        runs.append(message.receive_count)
+
+    await backend.create_queue(QueueSpec("jobs", visibility_timeout_s=3))
+    await backend.inner.send("jobs", [OutgoingMessage(body="{}", entry_id="0")])
+    async with run_worker(app, backend=backend) as harness:
+        [handled] = await harness.wait_for_handled(1)
+        await harness.wait_until_idle()
+        lost = harness.metrics.value(
+            "lease_worker_leases_lost_total", queue="jobs", reason="lapsed"
+        )
+    assert frozen != []
+    assert runs == [2]  # the first delivery lapsed on arrival and never ran
+    assert handled.outcome is Outcome.SUCCEEDED
+    assert lost == 1

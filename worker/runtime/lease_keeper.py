@@ -128,6 +128,9 @@ class LeaseKeeper:
         self._round_trips: deque[float] = deque(maxlen=_ROUND_TRIPS)
         self._watchdog: asyncio.TimerHandle | None = None
         self._watch_due = math.inf
+        #: When the last stall the watchdog saw ended (loop time): a receive sent before it
+        #: may have been answered at any time during it (the receiver reads this).
+        self.stall_ended_at = -math.inf
 
     # -- bookkeeping ------------------------------------------------------------------------
 
@@ -299,6 +302,7 @@ class LeaseKeeper:
         loop step, before the handler tasks that the stall's I/O and timers wake."""
         now = loop.time()
         if now - self._watch_due > _STALL_S:
+            self.stall_ended_at = now
             self.sweep(now)
         self._watch_due = now + _WATCH_S
         self._watchdog = loop.call_at(self._watch_due, self._watch, loop)

@@ -221,6 +221,8 @@ class Receiver:
             held += 1
             self._in_flight.inc()
             self._keeper.track(lease)
+            if self._keeper.lapsed(lease, self._now()):
+                continue  # lapsed before it arrived (a stall): lost, never run
             dispatch(received, lease)
         return held
 
@@ -237,7 +239,13 @@ class Receiver:
         that arrived late in an idle poll look lapsed on arrival. The answer's travel time
         is bounded by `renew_timeout_s`: the longest a call may take before the runtime
         abandons it (a network that slow makes every renewal fail too). If the bound is
-        ever exceeded, the error comes out of the renewal margin, which is larger."""
+        ever exceeded, the error comes out of the renewal margin, which is larger.
+
+        After a stall that ended since the request was sent (the lease keeper's watchdog
+        saw it first), the answer may have waited through the whole stall: the estimate is
+        the send time, and a message whose lease lapsed meanwhile is lost on arrival."""
+        if self._keeper.stall_ended_at > sent_at:
+            return sent_at
         answered_at = self._clock.now()
         travel_s = self._config.lease.effective_renew_timeout_s
         return max(sent_at, answered_at - travel_s)
