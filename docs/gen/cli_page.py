@@ -73,8 +73,13 @@ holding up the others. Child i gets `LEASE_WORKER_PROCESS_INDEX=i` and, with
 aggregate endpoint would hide. Worth it when handlers or the SQS client use a whole core;
 in Kubernetes, run one process per pod.
 
-**Start-up** reads each queue's attributes first. When the queue service throttles or
-cannot be reached, it retries with a pause doubling from `receive_backoff_s` to
+**Start-up** first checks that something listens at `--endpoint-url` (one TCP connect, not
+made through a proxy). On a terminal (standard input and output both a TTY) a refused
+connection, an unknown host or no answer ends the command at once with one line and status
+1; anywhere else (a pod, where the service may be starting too) the connect is retried, one
+`queue_service.retrying` warning per retry with its reason and pause, for as long as the
+queue check below. Then it reads each queue's attributes. When the queue service throttles
+or cannot be reached, it retries with a pause doubling from `receive_backoff_s` to
 `receive_backoff_max_s`, for {startup_calls} call timeouts ({startup_s:g} s with the default
 `call_timeout_s`), then ends with one line and status 1; a missing queue or denied access
 ends it at once, status 1.
@@ -82,7 +87,9 @@ ends it at once, status 1.
 **Exit status**: 0 after a shutdown; 1 with one line when a queue is missing or access is
 denied, when start-up could not reach the queue service, or when the worker crashed (after
 releasing what it held); 2 with one line for invalid settings (an option, a variable, a
-`ConfigError`, an ops port already taken).
+`ConfigError`, an ops port already taken; the AWS configuration: a profile that does not
+exist, a malformed region or endpoint, half a key pair or none, a config file that does not
+parse; an APP that does not parse).
 """
 
 

@@ -487,33 +487,35 @@ def test_a_crashing_background_task_releases_what_is_held_and_exits_1(
 
 
 # Issue 12, defect 15: an unreachable queue service at start-up ended the worker at the first
-# try with a 114-line traceback.
+# try with a 114-line traceback. (A refused connection is found before the first call, by
+# worker.cli.reach: tests/cli/test_startup_mistakes.py.)
 def test_an_unreachable_queue_service_at_start_up_is_retried_then_one_line_and_exit_1(
     spawn: Callable[..., WorkerProcess],
 ) -> None:
-    with socket.socket() as unused:  # a port nothing listens on: connections are refused
-        unused.bind(("127.0.0.1", 0))
-        port = unused.getsockname()[1]
     call_timeout_s = 0.25  # start-up gives up after 12 of them: 3 s
-    child = spawn(
-        "--backend",
-        "sqs",
-        "--region",
-        "us-east-1",
-        "--endpoint-url",
-        f"http://127.0.0.1:{port}",
-        "--queue-url",
-        f"{QUEUE}=http://127.0.0.1:{port}/000000000000/{QUEUE}",
-        SHUTDOWN_APP_MESSAGES="0",
-        SHUTDOWN_APP_CREATE="0",
-        SHUTDOWN_APP_CALL_TIMEOUT_S=str(call_timeout_s),
-        AWS_ACCESS_KEY_ID="testing",
-        AWS_SECRET_ACCESS_KEY="testing",
-        AWS_CONFIG_FILE=os.devnull,
-        AWS_SHARED_CREDENTIALS_FILE=os.devnull,
-    )
-    started = time.monotonic()
-    code, ended = child.exit()
+    with socket.socket() as silent:  # a port that accepts connections and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        port = silent.getsockname()[1]
+        child = spawn(
+            "--backend",
+            "sqs",
+            "--region",
+            "us-east-1",
+            "--endpoint-url",
+            f"http://127.0.0.1:{port}",
+            "--queue-url",
+            f"{QUEUE}=http://127.0.0.1:{port}/000000000000/{QUEUE}",
+            SHUTDOWN_APP_MESSAGES="0",
+            SHUTDOWN_APP_CREATE="0",
+            SHUTDOWN_APP_CALL_TIMEOUT_S=str(call_timeout_s),
+            AWS_ACCESS_KEY_ID="testing",
+            AWS_SECRET_ACCESS_KEY="testing",
+            AWS_CONFIG_FILE=os.devnull,
+            AWS_SHARED_CREDENTIALS_FILE=os.devnull,
+        )
+        started = time.monotonic()
+        code, ended = child.exit()
     assert code == 1
     assert ended - started < 12 * call_timeout_s + 5  # the bound, plus start-up itself
     retries = [e for e in child.events if e["event"] == "queue.check_failed"]

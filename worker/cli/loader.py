@@ -11,6 +11,9 @@ that name cannot be imported at all. Hence:
   children of `--processes`, whose parent said it);
 - an import in the app that fails on one of those names says why.
 
+An app (or a module it imports) that does not parse is one line naming the file, the line
+and Python's reason (`SyntaxError`, `IndentationError`), not a traceback through importlib.
+
 A file or folder counts as the user's when it resolves to somewhere else than lease-worker's
 own package: run from lease-worker's own checkout, `./worker/` is the package itself.
 """
@@ -139,6 +142,11 @@ def _import(spec: str, module_name: str, directory: Path, clashes: dict[str, Cla
         sys.path.insert(0, str(directory))
     try:
         return importlib.import_module(module_name)
+    except SyntaxError as error:  # the place is all a traceback would add: one line says it
+        where = f"{error.filename}, line {error.lineno}" if error.filename else "the app"
+        raise ConfigError(
+            f"APP={spec!r}: {type(error).__name__} in {where}: {error.msg}; fix it and run again"
+        ) from None
     except ImportError as error:
         missing = error.name or ""
         clash = clashes.get(missing.partition(".")[0])

@@ -6,10 +6,10 @@ SMQ's (`worker.cli.serve_smq`); `lease-worker dlq` lists, inspects and redrives 
 queues (`worker.cli.dlq`); `lease-worker peek` reads without receiving (`worker.cli.peek`);
 `lease-worker --version` prints `lease-worker <version>`.
 
-Invalid settings end the process with status 2 and one line saying which setting and why; a
-fatal queue-service error (missing queue, access denied), a start-up that could not reach the
-queue service, or a crash of the worker (after it released what it held) with status 1 and
-one line.
+Invalid settings end the process with status 2 and one line saying which setting and why
+(missing AWS credentials count as settings); a fatal queue-service error (missing queue,
+access denied), a start-up that could not reach the queue service, or a crash of the worker
+(after it released what it held) with status 1 and one line.
 """
 
 from __future__ import annotations
@@ -79,5 +79,14 @@ def _reporting(command: Callable[[], int]) -> int:
         print(f"lease-worker: error: {error}", file=sys.stderr)
         return 2
     except BackendError as error:  # fatal, or transient and given up on
+        if error.code == "NoCredentialsError":  # nothing was sent: a setting is missing
+            print(f"lease-worker: error: {_NO_CREDENTIALS}", file=sys.stderr)
+            return 2
         print(f"lease-worker: error: {error}", file=sys.stderr)
         return 1
+
+
+_NO_CREDENTIALS = (
+    "no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, choose a "
+    "profile with AWS_PROFILE, or run where a role provides them"
+)

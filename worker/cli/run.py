@@ -40,6 +40,7 @@ from worker.backend import Backend
 from worker.cli.loader import load_app
 from worker.cli.options import LOG_OPTIONS, Option, add_options
 from worker.cli.processes import run_processes
+from worker.cli.reach import Retry, interactive, reach
 from worker.config import LeaseConfig, ShutdownConfig, WorkerConfig
 from worker.errors import ConfigError, TransientBackendError, WorkerCrashed
 from worker.ops import HealthPolicy, OpsListener
@@ -255,18 +256,28 @@ def _queue_urls(items: Sequence[str]) -> dict[str, str]:
     return urls
 
 
-async def open_backend(args: argparse.Namespace) -> Backend:
+async def open_backend(args: argparse.Namespace, *, retry: Retry | None = None) -> Backend:
+    """The backend the options name, once something listens at `--endpoint-url`
+    (`worker.cli.reach`: without `retry`, the first refused connect is the error)."""
     options = ConnectOptions(
         region=args.region,
         endpoint_url=args.endpoint_url,
         queue_urls=_queue_urls(args.queue_url),
         sqs_client=getattr(args, "sqs_client", None),  # dlq and peek share run's options
     )
-    return await connect(args.backend, options)
+    backend = await connect(args.backend, options)
+    try:
+        await reach(args.endpoint_url, retry=retry)
+    except BaseException:
+        await backend.aclose()
+        raise
+    return backend
 
 
 async def _serve(app: Worker, args: argparse.Namespace) -> None:
-    backend = await open_backend(args)
+    # A person at a terminal hears of a refused connection at once; a pod retries.
+    retry = None if interactive() else Retry.for_config(app.config)
+    backend = await open_backend(args, retry=retry)
     if BACKENDS[args.backend].embedded:
         app.startup_hooks.append(lambda context: create_missing_queues(app, context.backend))
     ops = args.ops_port is not None
