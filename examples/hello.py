@@ -3,8 +3,9 @@
 Run it with `./scripts/demo` (or `lease-worker run examples.hello:app --log-level debug`).
 Handlers take up to 14 s while the visibility timeout is 6 s, so every long handler's lease
 is renewed several times, in batches (`lease.renewed ... leases=N`); no message is handled
-twice. One body is not JSON: it fails to decode, is retried with backoff, and lands in the
-dead-letter queue after 3 receives. The demo shuts itself down when all is done.
+twice. One body is not JSON: it fails to decode, is retried by the default error policy (at
+once, then after a few seconds), and lands in the dead-letter queue after 3 receives. The
+demo shuts itself down when all is done.
 """
 
 from __future__ import annotations
@@ -16,11 +17,8 @@ import anyio
 import structlog
 
 from worker import (
-    Backoff,
-    ErrorPolicy,
     LeaseConfig,
     Message,
-    OnError,
     OutgoingMessage,
     QueueAdmin,
     RedrivePolicy,
@@ -58,7 +56,7 @@ async def create_queues(context: WorkerContext) -> None:
         )
 
 
-@app.handler(QUEUE, on_error=ErrorPolicy(on_error=OnError.BACKOFF, backoff=Backoff(base_s=1)))
+@app.handler(QUEUE)
 async def greet(message: Message) -> None:
     work_s = float(message.body["work_s"])
     await anyio.sleep(work_s)

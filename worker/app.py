@@ -73,7 +73,7 @@ class Worker:
         queue: str,
         *,
         decode: str | Decoder | None = None,
-        on_error: ErrorPolicy | OnError | str = OnError.RELEASE,
+        on_error: ErrorPolicy | OnError | str = OnError.DEFAULT,
         max_in_flight: int | None = None,
         middleware: Sequence[Middleware] = (),
         idempotent: HandlerGuard | None = None,
@@ -85,8 +85,9 @@ class Worker:
         TypedDict, str, bytes, dict, list) decides how the body is decoded.
         `decode` (untyped handlers only): 'json' (default), 'raw' (the body string) or a
         callable(str) -> Any.
-        `on_error`: 'release' (visible again at once), 'backoff' or an `ErrorPolicy`,
-        or 'expire' (let the visibility lapse, toward the DLQ).
+        `on_error`: 'default' (the first retry at once, then a growing, jittered delay:
+        never a hot loop), 'release' (visible again at once, every time), 'backoff', an
+        `ErrorPolicy`, or 'expire' (let the visibility lapse, toward the DLQ).
         `max_in_flight`: messages of this queue held at once (default: the worker's).
         `middleware`: this handler's own layers, inside the worker's.
         `idempotent`: a guard from `worker.idempotency` (`Idempotency(store).guard(...)`),
@@ -124,7 +125,7 @@ class Worker:
         max_size: int = 10,
         max_wait_s: float = 1.0,
         decode: str | Decoder | None = None,
-        on_error: ErrorPolicy | OnError | str = OnError.RELEASE,
+        on_error: ErrorPolicy | OnError | str = OnError.DEFAULT,
         max_in_flight: int | None = None,
     ) -> Callable[[F], F]:
         """Register `async def handle(messages: list[Message])` as the batch handler of `queue`.

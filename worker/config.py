@@ -201,7 +201,13 @@ class LeaseConfig:
 class OnError(Enum):
     """What becomes of a message whose handler failed."""
 
-    #: Make it visible again at once (visibility 0).
+    #: The default: the first retry at once, then the `Backoff` schedule one receive behind,
+    #: each delay cut by up to half at random (drawn from the message id and receive count):
+    #: with the default `Backoff`, 0, 2.5-5, 5-10, 10-20 ... s, at most 15 min, and never
+    #: longer than the queue allows. A message that always fails never loops hot.
+    DEFAULT = "default"
+    #: Make it visible again at once (visibility 0, or the backend's shortest release). With
+    #: no dead-letter queue, a message that always fails loops as fast as the service answers.
     RELEASE = "release"
     #: Make it visible again after a delay that grows with its receive count.
     BACKOFF = "backoff"
@@ -211,10 +217,17 @@ class OnError(Enum):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Backoff:
-    """Release delay for receive count n: min(max_s, base_s * factor ** (n - 1))."""
+    """Release delay for receive count n: min(max_s, base_s * factor ** (n - 1)).
 
+    The 'default' policy follows it one receive behind (the first retry at once), each delay
+    cut by up to half (jitter); 'backoff' follows it as it is.
+    """
+
+    #: The first delay.
     base_s: float = 5.0
+    #: Each delay is the one before it times this.
     factor: float = 2.0
+    #: The longest delay, before the queue's own limits.
     max_s: float = 900.0
 
     def __post_init__(self) -> None:
@@ -236,9 +249,18 @@ class Backoff:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ErrorPolicy:
-    """The error policy of one handler."""
+    """The error policy of one handler.
 
-    on_error: OnError = OnError.RELEASE
+    `ErrorPolicy()` is `OnError.DEFAULT` on the default `Backoff`; `backoff` is the schedule
+    of both 'default' and 'backoff' (and unused by 'release' and 'expire').
+    """
+
+    #: 'default': the first retry at once, then `backoff`'s delays one receive behind,
+    #: jittered; 'release': at once, every time (a message that always fails loops hot);
+    #: 'backoff': `backoff`'s delays; 'expire': let the visibility lapse. Whichever it is,
+    #: only a dead-letter queue ends the retries of a message that always fails.
+    on_error: OnError = OnError.DEFAULT
+    #: The delays of 'default' and 'backoff'.
     backoff: Backoff = field(default_factory=Backoff)
 
     @classmethod

@@ -140,7 +140,7 @@ class Registry:
         func: Any,
         *,
         decode: str | Decoder | None = None,
-        on_error: ErrorPolicy | OnError | str = OnError.RELEASE,
+        on_error: ErrorPolicy | OnError | str = OnError.DEFAULT,
         max_in_flight: int | None = None,
         middleware: Sequence[Middleware] = (),
         batch: BatchOptions | None = None,

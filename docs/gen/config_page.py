@@ -38,7 +38,7 @@ CLASSES: tuple[tuple[type[Any], str], ...] = (
     (LeaseConfig, "`WorkerConfig(lease=...)`: how leases are held and extended"),
     (ShutdownConfig, "`WorkerConfig(shutdown=...)`: the shutdown's phases"),
     (ErrorPolicy, "`@app.handler(queue, on_error=...)`: what becomes of a failed message"),
-    (Backoff, "`ErrorPolicy(backoff=...)`: the `backoff` policy's delays"),
+    (Backoff, "`ErrorPolicy(backoff=...)`: the delays of the `default` and `backoff` policies"),
     (SqsSettings, "`backends.sqs`: how the worker reaches SQS"),
     (SmqSettings, "`backends.smq`: how the worker reaches SMQ"),
 )

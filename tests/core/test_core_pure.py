@@ -201,7 +201,7 @@ def test_decorator_returns_the_function_unchanged() -> None:
     app = Worker()
     assert app.handler("orders")(_noop) is _noop
     spec = app.registry["orders"]
-    assert spec.is_async and spec.policy.on_error is OnError.RELEASE
+    assert spec.is_async and spec.policy.on_error is OnError.DEFAULT
 
 
 def test_sync_handlers_and_async_callables_are_told_apart() -> None:

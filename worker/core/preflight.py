@@ -6,7 +6,9 @@ list of warnings.
 - `check_config` refuses settings the backend cannot honour (`ConfigError`, naming the setting
   and the backend's limit): `WorkerConfig` checks only what holds for every backend.
 - `check_queue` warns, one line each saying what will go wrong and what to change; the worker
-  still starts, since these are often deliberate in tests and migrations.
+  still starts, since these are often deliberate in tests and migrations. A queue without a
+  dead-letter queue is one such line whatever the error policy: a message that always fails
+  comes back until the retention period ends, at a pace the policy sets.
 """
 
 from __future__ import annotations
@@ -57,13 +59,14 @@ def check_queue(policy: ErrorPolicy, info: QueueInfo, lease: LeaseConfig) -> lis
 
 def _redrive_warnings(policy: ErrorPolicy, info: QueueInfo) -> list[str]:
     redrive = info.redrive
-    if redrive is None and policy.on_error in (OnError.EXPIRE, OnError.BACKOFF):
+    if redrive is None:
         return [
-            f"queue {info.name!r} has no dead-letter queue but the handler's error policy is "
-            f"{policy.on_error.value!r}: a message that always fails is received again and "
-            "again until the retention period ends; add a RedrivePolicy"
+            f"queue {info.name!r} has no dead-letter queue: a message that always fails is "
+            "received again and again until the retention period ends (error policy "
+            f"{policy.on_error.value!r}: {_pace(policy)}); give the queue a "
+            "RedrivePolicy (a dead-letter queue and maxReceiveCount)"
         ]
-    if policy.on_error is OnError.BACKOFF and redrive is not None:
+    if policy.on_error is OnError.BACKOFF:
         backoff = policy.backoff
         last = backoff.delay_s(redrive.max_receive_count)
         if last < backoff.max_s:
@@ -74,3 +77,15 @@ def _redrive_warnings(policy: ErrorPolicy, info: QueueInfo) -> list[str]:
                 "maxReceiveCount or shorten the schedule"
             ]
     return []
+
+
+def _pace(policy: ErrorPolicy) -> str:
+    """How often such a message comes back under `policy`, in the end."""
+    on_error, max_s = policy.on_error, policy.backoff.max_s
+    if on_error is OnError.EXPIRE:
+        return "each time its visibility lapses"
+    if on_error is OnError.RELEASE or max_s == 0:
+        return "at once, as fast as the service answers"
+    if on_error is OnError.DEFAULT:
+        return f"backing off to once every {max_s / 2:g}-{max_s:g} s"
+    return f"backing off to once every {max_s:g} s"

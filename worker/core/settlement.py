@@ -4,6 +4,8 @@
     DUPLICATE                     -> delete (handled before: an idempotency guard said so)
     RETRY(after_s)                -> release, visible again after `after_s`
     FAILED, TIMED_OUT             -> the handler's error policy:
+                                       default -> release now on the first receive, then
+                                                  after backoff(receive count - 1), jittered
                                        release -> release now (shortest visibility)
                                        backoff -> release after backoff(receive count)
                                        expire  -> forget: stop extending, let it lapse
@@ -13,17 +15,22 @@
 
 A release never asks for more than the backend allows in one call, nor for longer than the
 message may stay invisible counted from its receive (`cap_left_s`).
+
+The default policy's jitter is drawn from the message id and its receive count, not from a
+random source: the core stays pure and a test sees the same delays on every run, while
+messages that failed together (different ids) come back apart.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
 from enum import Enum
 
 from worker.config import ErrorPolicy, OnError
 
-__all__ = ["Action", "Outcome", "Settlement", "settlement_for"]
+__all__ = ["Action", "Outcome", "Settlement", "default_delay_s", "settlement_for"]
 
 
 class Outcome(Enum):
@@ -53,12 +60,25 @@ class Settlement:
 DELETE = Settlement(Action.DELETE)
 FORGET = Settlement(Action.FORGET)
 
+#: The default policy cuts each delay by up to this fraction of it.
+JITTER = 0.5
+
+
+def default_delay_s(policy: ErrorPolicy, receive_count: int, message_id: str) -> float:
+    """The default policy's delay after a failure on receive `receive_count`."""
+    if receive_count <= 1:
+        return 0.0  # most failures pass: the first retry comes at once
+    key = f"{message_id}\x00{receive_count}".encode()
+    draw = int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") / 2**64
+    return policy.backoff.delay_s(receive_count - 1) * (1.0 - JITTER * draw)
+
 
 def settlement_for(
     outcome: Outcome,
     *,
     policy: ErrorPolicy,
     receive_count: int,
+    message_id: str = "",
     retry_after_s: float = 0.0,
     min_release_s: int = 0,
     max_visibility_s: int = 43_200,
@@ -73,6 +93,8 @@ def settlement_for(
         delay = retry_after_s
     elif outcome in (Outcome.SHUTDOWN, Outcome.SKIPPED) or policy.on_error is OnError.RELEASE:
         delay = 0.0
+    elif policy.on_error is OnError.DEFAULT:
+        delay = default_delay_s(policy, receive_count, message_id)
     elif policy.on_error is OnError.BACKOFF:
         delay = policy.backoff.delay_s(receive_count)
     else:

@@ -278,6 +278,7 @@ class Executor:
                 outcome,
                 policy=spec.policy,
                 receive_count=received.receive_count,
+                message_id=received.message_id,
                 retry_after_s=retry_after,
                 min_release_s=self._limits.min_release_visibility_s,
                 max_visibility_s=self._limits.max_visibility_s,
