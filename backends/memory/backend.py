@@ -114,6 +114,7 @@ class MemoryBackend(DeadLetterCalls):
                 code="InvalidParameterValue",
             )
         deadline = self._clock.now() + wait_s
+        expired = False
         while True:
             changed = anyio.Event()
             with self._watching(queue, changed):
@@ -127,9 +128,13 @@ class MemoryBackend(DeadLetterCalls):
                     long_poll=wait_s > 0,
                     attempt_id=attempt_id,
                 )
-                if got or self._clock.now() >= deadline:
+                if got or expired or self._clock.now() >= deadline:
                     return got
-                await self._wait(changed, deadline if wakeup is None else min(deadline, wakeup))
+                until = deadline if wakeup is None else min(deadline, wakeup)
+                # The alarm for the deadline ends the wait even when the clock reads a hair
+                # before it (a loop fires a timer within its clock's resolution; looptime's
+                # ticks are whole microseconds): else the loop would spin, time standing still.
+                expired = await self._wait(changed, until) and until >= deadline
             self._check_open()
 
     async def extend(self, queue: str, entries: Sequence[VisibilityChange]) -> BatchResult:
@@ -192,17 +197,22 @@ class MemoryBackend(DeadLetterCalls):
             if not events:
                 del self._waiters[name]
 
-    async def _wait(self, changed: anyio.Event, until: float) -> None:
-        """Wait for `changed` or for the clock to reach `until`, whichever is first."""
+    async def _wait(self, changed: anyio.Event, until: float) -> bool:
+        """Wait for `changed` or for the clock to reach `until`, whichever is first; True if
+        the alarm for `until` ended it."""
+        rang = False
         async with anyio.create_task_group() as tg:
 
             async def alarm() -> None:
+                nonlocal rang
                 await self._clock.sleep_until(until)
+                rang = True
                 tg.cancel_scope.cancel()
 
             tg.start_soon(alarm)
             await changed.wait()
             tg.cancel_scope.cancel()
+        return rang
 
     async def _checkpoint(self) -> None:
         self._check_open()

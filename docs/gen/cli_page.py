@@ -84,6 +84,14 @@ or cannot be reached, it retries with a pause doubling from `receive_backoff_s` 
 `call_timeout_s`), then ends with one line and status 1; a missing queue or denied access
 ends it at once, status 1.
 
+**Mistakes in the environment**: every `LEASE_WORKER_*` variable that no option reads (nor
+the table above) is named in one `config.unknown_variables` warning at start, with the
+closest known name (`LEASE_WORKER_MAX_INFLIGHT (did you mean LEASE_WORKER_MAX_IN_FLIGHT?)`).
+A variable's value of the wrong type is a usage error naming the variable
+(`LEASE_WORKER_MAX_IN_FLIGHT='abc': expected an integer`); the option on the command line,
+if given, wins over the variable. Options are never abbreviated: `--visib 30` is an error,
+not `--visibility-s 30`.
+
 **Exit status**: 0 after a shutdown; 1 with one line when a queue is missing or access is
 denied, when start-up could not reach the queue service, or when the worker crashed (after
 releasing what it held); 2 with one line for invalid settings (an option, a variable, a

@@ -1,9 +1,19 @@
 """Command-line options declared as data, each also read from `LEASE_WORKER_<NAME>`.
 
-argparse converts a string default with the option's `type`, so a value from the
-environment is checked exactly like one from the command line. argparse checks neither
-choices nor switches on defaults, so `check_env_values` does: a choice must be one of its
-choices, a switch (`--adaptive`) one of 1/0, true/false, yes/no, on/off.
+A typed value from the environment is converted here, not by argparse (whose error would
+name the option, `argument --max-in-flight: invalid int value`, though nobody typed it):
+one that does not convert becomes a `BadEnvValue` default, which `check_env_values` turns
+into a usage error naming the variable, unless the option was given on the command line,
+which wins. argparse checks neither choices nor switches on defaults, so `check_env_values`
+does: a choice must be one of its choices, a switch (`--adaptive`) one of 1/0, true/false,
+yes/no, on/off.
+
+A `LEASE_WORKER_*` variable that no option reads (and that is none of `OTHER_VARIABLES`) is
+a misspelling more often than not: `unknown_variables` finds them, `describe_unknown` names
+each in one sentence with the closest known name, for one warning at start.
+
+Every parser is a `Parser`: argparse's, without abbreviations (`--visib 30` would set
+`--visibility-s`, and a typo could pick another option as options are added).
 
 Why by hand, and not click or pydantic-settings (weighed when this module was ~80 lines):
 - click (`auto_envvar_prefix`) would remove the environment lookup and the checks above,
@@ -20,16 +30,49 @@ Why by hand, and not click or pydantic-settings (weighed when this module was ~8
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ENV_PREFIX", "LOG_OPTIONS", "Option", "add_options", "check_env_values", "env"]
+__all__ = [
+    "ENV_PREFIX",
+    "LOG_OPTIONS",
+    "OTHER_VARIABLES",
+    "BadEnvValue",
+    "Option",
+    "Parser",
+    "add_options",
+    "check_env_values",
+    "describe_unknown",
+    "env",
+    "unknown_variables",
+]
 
 ENV_PREFIX = "LEASE_WORKER_"
+#: The variables read without an option, after the prefix: the console's token
+#: (worker.cli.run), the JSON library's switch (worker.jsonlib), a `--processes` child's index.
+OTHER_VARIABLES = ("CONSOLE_TOKEN", "JSON", "PROCESS_INDEX")
 _ON = ("1", "true", "yes", "on")
 _OFF = ("0", "false", "no", "off", "")
+_EXPECTED = {int: "an integer", float: "a number"}
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser with `allow_abbrev=False`; its subparsers are of this class too."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+
+@dataclass(frozen=True, slots=True)
+class BadEnvValue:
+    """An option's default when its variable holds a value of the wrong type."""
+
+    raw: str
+    expected: str
 
 
 def env(name: str, default: str | None = None) -> str | None:
@@ -61,10 +104,26 @@ class Option:
             items = [item for item in (from_env or "").split(",") if item]
             kwargs.update(action="append", default=items, metavar=self.metavar)
         else:
-            kwargs.update(type=self.type, default=from_env, metavar=self.metavar)
+            default = self._typed(from_env) if self.env_name in _set_variables() else from_env
+            kwargs.update(type=self.type, default=default, metavar=self.metavar)
             if self.choices is not None:
                 kwargs["choices"] = list(self.choices)
         group.add_argument(self.flag, **kwargs)
+
+    def _typed(self, raw: str | None) -> object:
+        """The environment's value converted as argparse would, or a `BadEnvValue`."""
+        if self.type is None or raw is None:
+            return raw
+        try:
+            return self.type(raw)
+        except (TypeError, ValueError):
+            expected = _EXPECTED.get(self.type, f"a {getattr(self.type, '__name__', '')} value")
+            return BadEnvValue(raw, expected)
+
+
+def _set_variables() -> set[str]:
+    """The `LEASE_WORKER_*` variables set, without the prefix."""
+    return {name[len(ENV_PREFIX) :] for name in os.environ if name.startswith(ENV_PREFIX)}
 
 
 def add_options(group: Any, options: Sequence[Option]) -> None:
@@ -100,5 +159,28 @@ def check_env_values(
                 parser.error(f"{name}={raw!r}: use 1/0, true/false, yes/no or on/off")
             continue
         value = getattr(args, option.env_name.lower(), None)
+        if isinstance(value, BadEnvValue):
+            parser.error(f"{name}={value.raw!r}: expected {value.expected} (sets {option.flag})")
         if option.choices is not None and value is not None and value not in option.choices:
             parser.error(f"{name}={value!r}: choose from {', '.join(option.choices)}")
+
+
+def unknown_variables(options: Iterable[Option]) -> list[str]:
+    """The `LEASE_WORKER_*` variables set that no option in `options` reads, sorted."""
+    known = {option.env_name for option in options} | set(OTHER_VARIABLES)
+    return sorted(ENV_PREFIX + name for name in _set_variables() - known)
+
+
+def describe_unknown(names: Sequence[str], options: Iterable[Option]) -> str:
+    """One sentence naming each of `names`, with the closest known variable where one is
+    close (compared without the shared prefix, which would make every name look close)."""
+    known = sorted({option.env_name for option in options} | set(OTHER_VARIABLES))
+    shown = []
+    for name in names:
+        close = difflib.get_close_matches(name[len(ENV_PREFIX) :], known, n=1, cutoff=0.6)
+        shown.append(f"{name} (did you mean {ENV_PREFIX}{close[0]}?)" if close else name)
+    return (
+        f"{', '.join(shown)}: lease-worker reads no such variable, so "
+        f"{'it is' if len(names) == 1 else 'they are'} ignored; each option --x-y is "
+        f"{ENV_PREFIX}X_Y (see lease-worker COMMAND --help)"
+    )

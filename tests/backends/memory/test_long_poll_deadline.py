@@ -1,0 +1,40 @@
+"""A long poll on the in-memory engine ends at its deadline, whatever the clock's ticks.
+
+Under looptime the loop's time moves in whole microseconds, while `now + wait_s` is a float
+that can fall between two ticks (77.3 + 0.000001 is 77.30000100000001): the alarm for the
+deadline fired at 77.300001, the clock read less than the deadline, and the poll asked
+again and again without time moving, for ever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import anyio
+import pytest
+
+from backends.memory import MemoryBackend
+from worker.types import QueueSpec
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
+
+
+@pytest.mark.parametrize(("start", "wait_s"), [(77.3, 0.000001), (0.1, 0.2), (1.0, 20.0)])
+async def test_an_empty_long_poll_ends_at_its_deadline(start: float, wait_s: float) -> None:
+    backend = MemoryBackend()
+    await backend.create_queue(QueueSpec("jobs"))
+    engine_receive = backend.engine.receive
+    asked: list[float] = []
+
+    def counted(*args: object, **kwargs: object) -> object:
+        asked.append(anyio.current_time())
+        if len(asked) > 100:
+            raise RuntimeError("the long poll spins without time moving")
+        return engine_receive(*args, **kwargs)  # type: ignore[arg-type]
+
+    backend.engine.receive = counted  # type: ignore[method-assign]
+    await asyncio.sleep(start)
+    began = anyio.current_time()
+    assert await backend.receive("jobs", max_messages=1, wait_s=wait_s) == []
+    assert anyio.current_time() - began == pytest.approx(wait_s, abs=2e-6)
+    assert len(asked) == 2  # at the start, and once the alarm rang
