@@ -156,7 +156,7 @@ def test_defect_14_a_long_chain_and_a_large_group_are_bounded(
 
 
 def test_defect_14_stdlib_records_are_json_lines(capsys: pytest.CaptureFixture[str]) -> None:
-    configure_logging(fmt="json")
+    configure_logging(fmt="json", level="debug")  # botocore's INFO lines: at debug only
     logging.getLogger("botocore.credentials").info("Found credentials in %s", "environment")
     logging.getLogger("asyncio").warning("Executing %s took %.3f seconds", "<Task>", 0.25)
     lines = capsys.readouterr().err.splitlines()

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import shlex
 import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -152,7 +153,7 @@ def _print(args: argparse.Namespace, result: Any) -> None:
     if args.json:
         print(json.dumps(_plain(result, bodies), indent=2, sort_keys=True))
     else:
-        print("\n".join(_lines(args.dlq_action, result, bodies)))
+        print("\n".join(_lines(args, result, bodies)))
 
 
 def _plain(value: Any, bodies: bool) -> Any:
@@ -172,7 +173,8 @@ def _plain(value: Any, bodies: bool) -> Any:
     return value
 
 
-def _lines(action: str, result: Any, bodies: bool) -> list[str]:
+def _lines(args: argparse.Namespace, result: Any, bodies: bool) -> list[str]:
+    action = args.dlq_action
     if action == "list":
         return [
             f"{q.name}: {q.visible} visible, {q.in_flight} in flight, {q.delayed} delayed"
@@ -183,7 +185,8 @@ def _lines(action: str, result: Any, bodies: bool) -> list[str]:
     if action == "inspect":
         return _inspection(result, bodies)
     if action == "redrive":
-        return [f"move task started: {result}", "follow it with: lease-worker dlq tasks QUEUE"]
+        follow = f"lease-worker dlq tasks {shlex.quote(args.queue)}"
+        return [f"move task started: {result}", f"follow it with: {follow}"]
     if action == "tasks":
         return [_task(task) for task in result] or ["no move task"]
     if action == "cancel":

@@ -14,7 +14,8 @@ The rules (issue 12, defect 14: logs leaked message bodies):
 - What one exception adds to a line is bounded, however long its message: see the caps
   below. A 1 MB exception message once made 1 MB log lines.
 - botocore's family never logs below INFO: its DEBUG lines dump whole requests and
-  responses, message bodies and signed headers included.
+  responses, message bodies and signed headers included. Its INFO lines appear only at
+  `--log-level debug`: at any other level it logs from WARNING up.
 """
 
 from __future__ import annotations
@@ -133,8 +134,11 @@ def _install(formatter: logging.Formatter, level: int) -> None:
     handler.setFormatter(formatter)
     root.addHandler(handler)
     root.setLevel(level)
+    # INFO only at --log-level debug: at info, botocore's INFO lines ("Found credentials in
+    # environment variables.") would open every SQS run; its DEBUG lines never.
+    wire_level = logging.INFO if level <= logging.DEBUG else max(level, logging.WARNING)
     for name in _WIRE_LOGGERS:
-        logging.getLogger(name).setLevel(max(level, logging.INFO))
+        logging.getLogger(name).setLevel(wire_level)
     logging.captureWarnings(True)  # warnings too become records, not loose text
 
 

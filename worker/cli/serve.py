@@ -115,6 +115,7 @@ async def _serve(args: argparse.Namespace) -> None:
         if args.persist is not None:
             tasks.start_soon(persist_every, engine, args.persist, args.persist_every)
 
-    await serve_until_signalled(
-        serve, events="sqs_endpoint", queues=len(args.queue), beside=persist
-    )
+    # Every queue served, restored ones included (it logged the --queue ones alone: 0 after
+    # a restore without --queue).
+    queues = len(engine.list_queues())
+    await serve_until_signalled(serve, events="sqs_endpoint", queues=queues, beside=persist)

@@ -66,4 +66,4 @@ async def _serve(args: argparse.Namespace) -> None:
     serve = functools.partial(
         serve_smq, engine, host=args.host, port=args.port, credentials=credentials
     )
-    await serve_until_signalled(serve, events="smq_endpoint", queues=len(args.queue))
+    await serve_until_signalled(serve, events="smq_endpoint", queues=len(engine.list_queues()))
