@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import pty
+import signal
 import socket
 import subprocess
 import sys
@@ -212,6 +213,36 @@ def test_a_refused_connection_in_a_pod_is_retried_saying_so() -> None:
     assert_one_error_line(run, 1, "connection refused", "after 3 attempts")
     assert "no answer in time" not in run.stderr
     assert took_s < 15
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_ends_the_retries_with_one_line(signum: int) -> None:
+    env = child_env(**AWS, AWS_REGION="us-east-1")
+    command = [sys.executable, "-m", "worker", "run", IDLE, *SQS, "--endpoint-url", refused_url()]
+    proc = subprocess.Popen(
+        command,
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        lines = []
+        for line in proc.stderr:
+            lines.append(line)
+            if '"queue_service.retrying"' in line:
+                proc.send_signal(signum)
+                break
+        stderr = "".join(lines) + proc.communicate(timeout=30)[1]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    run = Run(proc.returncode, "", stderr)
+    assert_one_error_line(run, 1, "connection refused", refused_url())
 
 
 def test_dlq_on_a_refused_endpoint_fails_at_once() -> None:

@@ -75,6 +75,7 @@ async def reach(endpoint_url: str | None, *, retry: Retry | None = None) -> None
         return
     if retry is None:
         raise attempts.failure()
+    reached = False  # stays so when a signal cancels the retries
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(_cancel_on_signal, signals, tasks.cancel_scope)
