@@ -32,7 +32,7 @@ async def test_an_empty_long_poll_ends_at_its_deadline(start: float, wait_s: flo
             raise RuntimeError("the long poll spins without time moving")
         return engine_receive(*args, **kwargs)  # type: ignore[arg-type]
 
-    backend.engine.receive = counted  # type: ignore[method-assign]
+    backend.engine.receive = counted  # type: ignore[method-assign,assignment]
     await asyncio.sleep(start)
     began = anyio.current_time()
     assert await backend.receive("jobs", max_messages=1, wait_s=wait_s) == []
