@@ -16,7 +16,11 @@ Every handler holds the decoded body in `body` and the secret in `secret`:
 - `canary-retry` / `canary-discard`: the handler raises `Retry` / `Discard`;
 - `canary-timeout`: the handler waits until the lease's cap (`max_lease_s`) cancels it;
 - `canary-stdlib`: the handler logs a caught error with stdlib `logging` and `exc_info`;
-- `canary-huge`: an async handler raises an exception whose message is 1 MB long.
+- `canary-huge`: an async handler raises an exception whose message is 1 MB long;
+- `canary-quoted`: an async handler's `int(body["canary"])` raises a ValueError whose
+  message quotes the canary (issue 28, 3);
+- `canary-keyerror`: a synchronous handler's `{}[body["canary"]]` raises a KeyError whose
+  message is the canary, and a stdlib `logging` call formats it into its own message.
 
 Each queue is created by the app with a dead-letter queue after one receive, so no message
 comes back (a release or a Retry sends it there instead) and each queue gives exactly one
@@ -64,6 +68,8 @@ QUEUES = (
     "canary-timeout",
     "canary-stdlib",
     "canary-huge",
+    "canary-quoted",
+    "canary-keyerror",
 )
 
 DEAD_LETTERS = "canary-dlq"
@@ -153,6 +159,20 @@ async def fail_huge(message: Message) -> None:
     body, secret = message.body, _secret()
     assert body["canary"] and secret
     raise RuntimeError("huge " + "x" * HUGE)
+
+
+@app.handler("canary-quoted")
+async def quote_in_exception(message: Message) -> None:
+    int(message.body["canary"])  # ValueError: invalid literal for int() ...: '<the canary>'
+
+
+@app.handler("canary-keyerror")
+def quote_in_key_error(message: Message) -> None:
+    try:
+        {}[message.body["canary"]]  # KeyError: '<the canary>'
+    except KeyError as error:
+        stdlib_log.warning("app.key_missing %s", error)
+        raise
 
 
 @app.on_startup

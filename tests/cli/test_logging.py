@@ -22,12 +22,13 @@ import sys
 import uuid
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 import structlog
 
 from worker.cli.logging import LogFormat, configure_logging
+from worker.runtime.log_context import REDACTED
 
 ROOT = Path(__file__).resolve().parents[2]
 FORMATS: tuple[LogFormat, ...] = ("json", "console")
@@ -240,18 +241,21 @@ def test_an_unformattable_stdlib_record_is_one_json_line() -> None:
 
 #: Events the canary run must log, with their exact counts.
 EXPECTED = {
-    # canary-async, canary-sync, canary-middleware, canary-huge
-    "handler.failed": 4,
+    # canary-async, canary-sync, canary-middleware, canary-huge, canary-quoted,
+    # canary-keyerror
+    "handler.failed": 6,
     "handler.undecodable_body": 1,
     "handler.retry": 1,
     "handler.discarded": 1,
     "lease.max_lease_reached": 1,
     # the stdlib record of canary-stdlib
     "app.stdlib_logged": 1,
+    # canary-keyerror's stdlib record (its canary scrubbed from the message)
+    "app.key_missing": 1,
 }
 
 
-def run_canary_app(fmt: LogFormat) -> tuple[str, str, str]:
+def run_canary_app(fmt: LogFormat | Literal["auto"]) -> tuple[str, str, str]:
     """Run the canary app to its own shutdown; (standard error, body canary, secret canary)."""
     body, secret = canary("body"), canary("secret")
     env = {
@@ -292,7 +296,9 @@ def test_defect_14_canary_run_json_leaks_nothing() -> None:
     assert sorted(event["queue"] for event in failed) == [
         "canary-async",
         "canary-huge",
+        "canary-keyerror",
         "canary-middleware",
+        "canary-quoted",
         "canary-sync",
     ]
     assert all(event["message_id"] and "Traceback" in event["exception"] for event in failed)
@@ -315,4 +321,18 @@ def test_defect_14_canary_run_console_leaks_nothing() -> None:
     assert None not in matches  # the stdlib record too has the console format
     names = [match.group(2) for match in matches if match]
     assert counted(names) == EXPECTED
-    assert sum("Traceback (most recent call last)" in event for event in events) == 5
+    assert sum("Traceback (most recent call last)" in event for event in events) == 7
+
+
+@pytest.mark.process
+def test_canary_run_auto_leaks_nothing() -> None:
+    """Issue 28 (3), the third format: `auto` (JSON here, standard error not a terminal);
+    exception texts that quote the body (`int(body["canary"])`, a KeyError) included."""
+    err, body, secret = run_canary_app("auto")
+    assert (err.count(body), err.count(secret)) == (0, 0)
+    events = [json.loads(line) for line in err.splitlines()]
+    names = [event["event"].split(" ")[0] for event in events]
+    assert counted(names) == EXPECTED
+    quoted = [event for event in events if event.get("queue") == "canary-quoted"]
+    assert any("invalid literal for int()" in event.get("exception", "") for event in quoted)
+    assert all(REDACTED in event["exception"] for event in quoted if "exception" in event)

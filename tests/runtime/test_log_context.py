@@ -10,7 +10,13 @@ import pytest
 import structlog
 
 from worker import Message, Worker, WorkerConfig
-from worker.runtime.log_context import bind_message, structlog_variables
+from worker.runtime.log_context import (
+    REDACTED,
+    bind_body,
+    bind_message,
+    scrub,
+    structlog_variables,
+)
 from worker.testing import run_worker
 
 
@@ -55,3 +61,25 @@ async def test_each_handler_sees_its_own_message_in_the_log_context() -> None:
         ids = [await harness.send("jobs", {"n": n}) for n in range(3)]
         await harness.wait_for_handled(3)
     assert seen == {i: {"queue": "jobs", "message_id": i} for i in ids}
+
+
+def test_scrub_takes_the_bound_bodys_values_out_of_a_text() -> None:
+    """Issue 28 (3): an exception's message may quote a value of the body."""
+
+    def scrubbed(body: str, text: str) -> str:
+        def run() -> str:
+            bind_body(body)
+            return scrub(text)
+
+        return contextvars.Context().run(run)
+
+    body = '{"card": "4111-1111", "amount": 1234567, "n": 42, "ok": "yes", "nested": ["secret"]}'
+    text = "invalid literal for int() with base 10: '4111-1111'; 1234567 at line 42; secret; yes"
+    assert scrubbed(body, text) == (
+        f"invalid literal for int() with base 10: '{REDACTED}'; {REDACTED} at line 42; "
+        f"{REDACTED}; yes"  # short values and numbers stay: they would wreck every text
+    )
+    assert scrubbed("not json: hunter2 pw", "login failed for hunter2") == (
+        f"login failed for {REDACTED}"
+    )
+    assert scrub("nothing bound here: 4111-1111") == "nothing bound here: 4111-1111"

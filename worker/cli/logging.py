@@ -29,6 +29,8 @@ import structlog
 from structlog.stdlib import ProcessorFormatter
 from structlog.typing import EventDict, Processor, WrappedLogger
 
+from worker.runtime.log_context import scrub
+
 __all__ = [
     "EVENT_CAP",
     "EXCEPTIONS_CAP",
@@ -61,6 +63,9 @@ _SOURCE_LINE_CAP = 200
 
 #: Libraries whose DEBUG records hold message bodies.
 _WIRE_LOGGERS = ("botocore", "aiobotocore", "boto3")
+
+#: Fields the runtime sets itself, never from a body: not scrubbed.
+_OURS = frozenset({"event", "queue", "message_id", "level", "timestamp", "logger", "handler"})
 
 _FIELD_CAPS = {
     "event": EVENT_CAP,
@@ -97,6 +102,7 @@ def configure_logging(*, fmt: LogFormat = "console", level: str = "info") -> Non
             *shared,
             structlog.processors.StackInfoRenderer(),
             _render_exception,
+            _scrub_body,
             _cap_fields,
             ProcessorFormatter.wrap_for_formatter,
         ],
@@ -110,6 +116,7 @@ def configure_logging(*, fmt: LogFormat = "console", level: str = "info") -> Non
             structlog.stdlib.add_logger_name,
             _record_stack,
             _render_exception,
+            _scrub_record,
             _cap_fields,
         ],
         processors=[ProcessorFormatter.remove_processors_meta, _renderer(fmt)],
@@ -200,6 +207,24 @@ def _cap_fields(_: WrappedLogger, __: str, event_dict: EventDict) -> EventDict:
         if isinstance(value, str) and len(value) > limit:
             event_dict[key] = _cut(value, limit)
     return event_dict
+
+
+def _scrub_body(_: WrappedLogger, __: str, event_dict: EventDict) -> EventDict:
+    """Take the values of the body the logging task handles out of every text field but
+    the event's name and the runtime's own (an exception's message, a reason): see
+    `worker.runtime.log_context.scrub`."""
+    for key, value in event_dict.items():
+        if isinstance(value, str) and key not in _OURS:
+            event_dict[key] = scrub(value)
+    return event_dict
+
+
+def _scrub_record(_: WrappedLogger, __: str, event_dict: EventDict) -> EventDict:
+    """The same for a stdlib record, whose message (`event`) is its formatted text."""
+    event = event_dict.get("event")
+    if isinstance(event, str):
+        event_dict["event"] = scrub(event)
+    return _scrub_body(_, __, event_dict)
 
 
 def _exception_of(exc_info: object) -> BaseException | None:

@@ -48,7 +48,7 @@ from worker.message import Message, lease_of
 from worker.middleware import CallNext, build_chain
 from worker.registry import HandlerSpec
 from worker.runtime.lease_keeper import LeaseKeeper
-from worker.runtime.log_context import bind_message
+from worker.runtime.log_context import bind_body, bind_message
 from worker.runtime.metrics import Metrics
 from worker.runtime.scope import HandlerScope
 from worker.runtime.settler import Settler
@@ -160,6 +160,7 @@ class Executor:
         """
         # Each task runs in its own copy of the context: no need to unbind afterwards.
         bind_message(received.queue, received.message_id)
+        bind_body(received.body)  # what it logs is scrubbed of the body's values
         fence.enter(lease)  # a send from inside the handler checks its lease first
         started = self._clock.now()
         outcome, retry_after = Outcome.SHUTDOWN, 0.0
