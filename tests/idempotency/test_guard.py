@@ -116,8 +116,8 @@ async def test_two_workers_holding_one_message_never_run_it_at_once(
         async with run_worker(make_app("b", 10), backend=backend) as b:
             backend.engine.expire("jobs", message_id)  # the lapse
             await done.wait()
-            if runs_expected == 1:
-                await b.wait_for_handled(2)  # released once, then back as a duplicate
+            if runs_expected == 1:  # B released it once; back as a duplicate, to A or to B
+                await anyio.sleep(VISIBILITY_S + 5)
             await a.wait_until_idle()
             await b.wait_until_idle()
             assert backend.engine.peek("jobs", message_id) is None
@@ -134,7 +134,7 @@ async def test_two_workers_holding_one_message_never_run_it_at_once(
         assert takeovers == 1
         assert starts[1][1] - starts[0][1] == pytest.approx(31, abs=2)
     else:
-        assert handled(b, "jobs", "duplicate") == 1
+        assert handled(a, "jobs", "duplicate") + handled(b, "jobs", "duplicate") == 1
 
 
 @pytest.mark.parametrize("business_key", [True, False])
