@@ -2,6 +2,8 @@
 
 - `redis_server`: Debian's `redis-server` on a free loopback port, started once per session
   in a temporary directory with no persistence (no RDB, no AOF), stopped at the end.
+- `own_redis`: one such server for one test, which may stop it (saving its data, so that
+  nothing is lost: the outage alone is under test) and start it again.
 - `moto_server`: one moto server per session (`tests.moto_server.start_moto`), whose
   DynamoDB the DynamoDB store talks to over HTTP on loopback.
 - `store` (memory | redis | dynamodb): a fresh store per test, in its own namespace (a key
@@ -18,6 +20,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,7 +36,7 @@ STORE_KINDS = ["memory", "redis", "dynamodb"]
 _NO_PERSISTENCE = ["--save", "", "--appendonly", "no"]
 
 
-@dataclass(frozen=True)
+@dataclass
 class RedisServer:
     port: int
 
@@ -58,32 +61,71 @@ def _answers_ping(port: int) -> bool:
         return False
 
 
+class OwnRedis(RedisServer):
+    """A redis-server that a test may stop (saving its data) and start again, as a
+    restarted server is: calls fail at once meanwhile (the connection is refused)."""
+
+    def __init__(self, directory: Path) -> None:
+        super().__init__(free_port())
+        self.directory = directory
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            pytest.fail("redis-server is not installed (scripts/_system.sh installs it)")
+        port, directory = str(self.port), str(self.directory)
+        self.process = subprocess.Popen(
+            [binary, "--bind", _HOST, "--port", port, "--dir", directory, *_NO_PERSISTENCE],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while not _answers_ping(self.port):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"redis-server did not start on port {self.port}")
+            time.sleep(0.02)
+
+    def stop(self, *, save: bool = True) -> None:
+        """SHUTDOWN SAVE (the data set is written to the directory and read at the next
+        start), or a plain SIGTERM."""
+        if self.process is None:
+            return
+        if save:
+            with socket.create_connection((_HOST, self.port), timeout=5) as sock:
+                sock.sendall(b"SHUTDOWN SAVE\r\n")
+                sock.recv(64)  # the server closes the connection as it exits
+        else:
+            self.process.terminate()
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=5)
+        self.process = None
+
+
+@contextlib.contextmanager
+def running_redis(directory: Path) -> Iterator[OwnRedis]:
+    server = OwnRedis(directory)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop(save=False)
+
+
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.fail("redis-server is not installed (scripts/_system.sh installs it)")
-    port, directory = free_port(), tmp_path_factory.mktemp("redis")
-    process = subprocess.Popen(
-        [binary, "--bind", _HOST, "--port", str(port), "--dir", str(directory), *_NO_PERSISTENCE],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 10
-        while not _answers_ping(port):
-            if process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"redis-server did not start on port {port}")
-            time.sleep(0.02)
-        yield RedisServer(port)
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=5)
+    with running_redis(tmp_path_factory.mktemp("redis")) as server:
+        yield RedisServer(server.port)
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[OwnRedis]:
+    with running_redis(tmp_path) as server:
+        yield server
 
 
 @contextlib.asynccontextmanager

@@ -2,9 +2,10 @@
 
 Must-show 6: the store down for a minute: nothing lost, nothing run unguarded, the worker
 keeps running. Must-show 3, in one process: a worker that stops dead mid-handler (its queue
-and store calls hang, as a SIGKILLed process's would never come) is taken over about one
-visibility timeout later. And the store's cost: one call per heartbeat round, however many
-claims are held.
+and store calls hang, as a SIGKILLed process's would never come) is taken over one
+visibility timeout later, plus the takeover grace (issue 28: the dead owner could as well
+be a live one cut off by an outage, holding a completion). And the store's cost: one call
+per heartbeat round, however many claims are held.
 
 Workers that share a store share one `LoopClock` here: a LoopClock fixes its wall-clock
 offset at first use, which under virtual time puts two clocks first used at different
@@ -89,17 +90,21 @@ async def test_a_store_outage_loses_nothing_and_runs_nothing_unguarded() -> None
 
 
 @pytest.mark.parametrize("freeze_at", [41.0, 45.0, 59.0])
-async def test_a_dead_worker_is_taken_over_within_one_visibility(freeze_at: float) -> None:
+async def test_a_dead_worker_is_taken_over_one_visibility_and_the_grace_later(
+    freeze_at: float,
+) -> None:
     engine_backend, shared = MemoryBackend(), MemoryStore()
     backend_a, store_a = LossyBackend(inner=engine_backend), FaultyStore(shared)
     starts: list[tuple[str, float]] = []
     started = anyio.Event()
     clock = LoopClock()  # one wall clock for both (see below)
+    guarded: dict[str, Idempotency] = {}
 
     def make_app(name: str, store: Any) -> Worker:
         app = Worker(WorkerConfig(lease=LEASE), name=name)
+        guarded[name] = Idempotency(store, clock=clock)
 
-        @app.handler("jobs", idempotent=Idempotency(store, clock=clock).guard())
+        @app.handler("jobs", idempotent=guarded[name].guard())
         async def job(message: Message) -> None:
             starts.append((name, anyio.current_time()))
             started.set()
@@ -122,8 +127,11 @@ async def test_a_dead_worker_is_taken_over_within_one_visibility(freeze_at: floa
     delay = took_over_at - freeze_at
     print(f"frozen at {freeze_at:g} s, taken over at {took_over_at:g} s: {delay:g} s later")
     assert starts[1][0] == "b"
-    # The message comes back when A's last renewal runs out, A's heartbeat with it.
-    assert 0 < delay <= VISIBILITY_S + 1
+    # The message comes back when A's last renewal runs out, A's heartbeat with it; B then
+    # waits out the grace (the margin, 10 s, a store call's timeout, 5 s, and a second).
+    grace = guarded["b"].takeover_grace_s
+    assert grace == 16
+    assert grace < delay <= VISIBILITY_S + grace + 1
     assert metric(b, "lease_worker_idempotency_takeovers_total", queue="jobs") == 1
 
 
@@ -214,7 +222,9 @@ async def test_a_worker_cut_off_from_the_store_stops_its_handlers_before_its_cla
     if stop_on_lapse:
         assert most == 1
         assert spans["a"][1] <= 50 - 2.5  # A's beat ran out at 50; it stopped a lead before
-        assert spans["b"][0] == pytest.approx(51, abs=0.5)  # 50 + the clock skew allowance
+        # 50, the clock skew allowance, and the takeover grace: the margin, 10 s, a store
+        # call's timeout, 10 s here, and a second.
+        assert spans["b"][0] == pytest.approx(51 + 21, abs=0.5)
         handled = "lease_worker_messages_handled_total"
         assert metric(a, handled, queue="jobs-a", outcome="lease_lost") == 1
     else:

@@ -10,7 +10,9 @@
     async def handle(message: Message) -> None: ...
 
 What the guard promises: one key's handler never runs twice at once (across processes that
-share the store), and never again after a recorded completion within `completed_ttl_s`.
+share the store), and never again after a recorded completion within `completed_ttl_s`; a
+completion the store could not take during an outage is written before another worker may
+take the key over (or, if its claim was taken over anyway, logged and counted as dropped).
 What it cannot: undo side effects a handler made before a crash (the next run repeats
 them), or stop a synchronous handler's thread that runs on after its lease was lost.
 Stores: `MemoryStore` (tests, one process), `RedisStore` (extra `[redis]`),

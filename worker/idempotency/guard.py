@@ -14,7 +14,14 @@ What the guard does with each message (the innermost middleware, next to the han
   outcome `duplicate`); with a different body hash (payload validation): `PayloadMismatch`,
   a failure that goes through the handler's error policy;
 - claimed by a live lease elsewhere: `Retry`, after that lease's heartbeat would have run
-  out; claimed but stale: taken over (a conditional write on the old claim's token);
+  out; claimed but stale: taken over (a conditional write on the old claim's token). A
+  stale claim its owner did not let go (its heartbeat ran out) is taken over only after the
+  takeover grace, waited here, then looked at again: the owner may be alive, cut off by a
+  store outage, holding a completion it could not write; when the store is back it beats
+  again within the grace (its claims are live again) and writes the completion. A claim of
+  this process whose write (a completion) is still pending is sent first, then looked at;
+- a completion refused because the claim was taken over, or never sent before the worker
+  stopped, is dropped: logged (`idempotency.completion_dropped`) and counted;
 - the store cannot be asked: `Retry` after `retry_after_s`, or after as long as it has been
   down so far (doubling the wait, up to 5 minutes); nothing runs unguarded;
 - after the handler: success writes the completion (with the result, if cached); an error
@@ -35,6 +42,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from worker.core.settlement import Outcome
 from worker.errors import Duplicate, LeaseWorkerError, RegistrationError, Retry
+from worker.idempotency.heartbeat import OnDropped
 from worker.idempotency.record import Record, RecordState, Verdict, body_hash, judge
 from worker.idempotency.store import StoreError
 from worker.message import Message
@@ -122,9 +130,9 @@ class IdempotencyGuard:
         done = claim.completed(
             at=self._idem.wall(), ttl_s=self.completed_ttl_s, result=self._result(result)
         )
-        await self._write(
-            "replace", claim, partial(self._idem.store.replace, done, token=claim.token)
-        )
+        dropped = partial(self._idem.completion_dropped, message.queue, message.message_id)
+        write = partial(self._idem.store.replace, done, token=claim.token)
+        await self._write("replace", claim, write, on_dropped=dropped)
 
     def _key_of(self, message: Message) -> str:
         key = message.message_id if self._key is None else self._key(message)
@@ -138,8 +146,8 @@ class IdempotencyGuard:
         idem, lease = self._idem, message.lease
         if not idem.heartbeat.live(for_s=idem.heartbeat.margin_s / 2):
             raise idem.unavailable("no heartbeat")
-        wall = idem.wall()
-        stale_at = wall + lease.cap_left_s(idem.now())
+        # Wall time plus what is left to the cap: the cap itself, whenever it is asked.
+        stale_at = idem.wall() + lease.cap_left_s(idem.now())
         claim = Record(
             key=key,
             token=uuid.uuid4().hex,
@@ -149,10 +157,14 @@ class IdempotencyGuard:
             expires_at=stale_at,
             body_hash=body_hash(message.raw_body) if self._validate else None,
         )
+        waited: set[str] = set()  # the claims whose takeover grace this message waited out
         try:
-            for _ in range(3):  # a race lost to another claimant: look again
-                found = await idem.call("create", lambda: idem.store.create(claim, now=wall))
-                if found is None or await self._settle_conflict(message, claim, found, wall):
+            for _ in range(4):  # a race lost to another claimant, a grace waited: look again
+                wall = idem.wall()
+                found = await idem.call("create", partial(idem.store.create, claim, now=wall))
+                if found is None or await self._settle_conflict(
+                    message, claim, found, wall, waited
+                ):
                     return claim
         except (asyncio.CancelledError, GeneratorExit):
             # Cancelled on the wire: the claim may have been written. Removed by its token,
@@ -167,13 +179,17 @@ class IdempotencyGuard:
         raise Retry(1.0, "idempotency key contended")
 
     async def _settle_conflict(
-        self, message: Message, claim: Record, found: Record, wall: float
+        self, message: Message, claim: Record, found: Record, wall: float, waited: set[str]
     ) -> bool:
-        """True if `found` was taken over by `claim`; raises if the message must not run."""
+        """True if `found` was taken over by `claim`, False to look again; raises if the
+        message must not run."""
         idem = self._idem
         beat: float | None = None
         if found.state is RecordState.IN_PROGRESS:
             if found.owner == idem.owner:
+                if idem.heartbeat.holds(found.token):  # our own unsent write goes first
+                    await idem.heartbeat.send_now(found.token)
+                    return False
                 beat = idem.heartbeat.confirmed_until
             else:
                 beat = await idem.call("beat_of", lambda: idem.store.beat_of(found.owner))
@@ -194,11 +210,38 @@ class IdempotencyGuard:
             raise Retry(
                 max(1.0, math.ceil(judgement.live_until - wall)), "idempotency: claimed elsewhere"
             )
+        if self._owner_may_hold_completion(found) and found.token not in waited:
+            waited.add(found.token)
+            await self._wait_out_grace(found)
+            return False
         if await idem.call("replace", lambda: idem.store.replace(claim, token=found.token)):
             idem.metrics.takeovers.labels(queue).inc()
             idem.log.info("idempotency.took_over", previous_owner=found.owner)
             return True
         return False
+
+    def _owner_may_hold_completion(self, found: Record) -> bool:
+        """A stale claim of another process that was not let go: its owner's heartbeat ran
+        out (or its cap passed). The owner may be alive and cut off by a store outage,
+        holding a completion it could not write; only the store is seen from here, so the
+        takeover waits: a live owner beats again within the grace of the store's return."""
+        return (
+            found.state is RecordState.IN_PROGRESS
+            and found.owner != self._idem.owner
+            and not found.was_let_go
+        )
+
+    async def _wait_out_grace(self, found: Record) -> None:
+        idem = self._idem
+        grace = idem.takeover_grace_s
+        idem.log.info("idempotency.takeover_waiting", previous_owner=found.owner, grace_s=grace)
+        started = idem.wall()
+        await idem.sleep(grace)
+        failed = idem.heartbeat.last_failed
+        if failed is not None and failed >= started:  # the store was not there all along
+            raise idem.unavailable("failed during the takeover grace")
+        if not idem.heartbeat.live(for_s=idem.heartbeat.margin_s / 2):
+            raise idem.unavailable("no heartbeat")
 
     def _let_go(self, claim: Record, message: Message) -> None:
         if message.lease.cancel_reason is Outcome.SHUTDOWN:  # released: runs elsewhere at once
@@ -212,21 +255,31 @@ class IdempotencyGuard:
         return partial(self._idem.store.remove, claim.key, token=claim.token)
 
     async def _write(
-        self, operation: str, claim: Record, write: Callable[[], Awaitable[bool]]
+        self,
+        operation: str,
+        claim: Record,
+        write: Callable[[], Awaitable[bool]],
+        *,
+        on_dropped: OnDropped | None = None,
     ) -> None:
+        """`on_dropped`: for a completion, told if it is refused (its claim taken over)."""
+        heartbeat = self._idem.heartbeat
         try:
             if not await self._idem.call(operation, write):
-                self._idem.log.warning("idempotency.claim_taken_over", operation=operation)
+                if on_dropped is not None:
+                    on_dropped("taken_over")
+                else:
+                    self._idem.log.warning("idempotency.claim_taken_over", operation=operation)
         except (asyncio.CancelledError, GeneratorExit):
             # Cut short (a lost lease, a shutdown): sent from the heartbeat task instead,
             # or a completion would be lost and the claim stay live until its cap.
-            self._idem.heartbeat.defer(claim.token, operation, write)
+            heartbeat.defer(claim.token, operation, write, on_dropped=on_dropped)
             raise
         except StoreError as error:
             self._idem.log.error(
                 "idempotency.write_failed", operation=operation, reason=error.reason
             )
-            self._idem.heartbeat.defer(claim.token, operation, write)
+            heartbeat.defer(claim.token, operation, write, on_dropped=on_dropped)
 
     def _result(self, result: Any) -> str | None:
         if not self._cache:

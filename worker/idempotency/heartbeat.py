@@ -11,12 +11,22 @@ cancelled handler (which may not await), a completion or a removal the store ref
 is retried every round, and at `retry_s`, until the store takes it or the worker stops; at
 the stop the task sends what is left once more, bounded, and ends its beat, so that what it
 still claims goes stale at once.
+
+A deferred write waits on the beat: a round whose beat fails sends nothing, and the first
+round the store answers sends the beat first, then the writes. While the store is down the
+rounds come at most `margin_s` apart (a call takes at most `timeout_s`), so a process whose
+beat ran out during an outage writes it again at most `longest_gap_s` after the store is back,
+and its claims are live again from then on: the grace another worker waits out before it
+takes over a claim whose owner's beat ran out (see `worker.idempotency.guard`). A completion
+that is refused (its claim was taken over meanwhile) or still unsent at the stop is dropped:
+its `on_dropped` is called, which logs and counts it.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -35,6 +45,19 @@ __all__ = ["Heartbeat"]
 _FLUSH_S = 1.0
 
 Write = Callable[[], Awaitable[object]]
+#: Told why a deferred completion was dropped: "taken_over" (the store refused it: the
+#: claim's token is gone) or "not_sent" (still unsent when the worker stopped).
+OnDropped = Callable[[str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Deferred:
+    """A write the heartbeat task sends for someone who could not."""
+
+    operation: str
+    write: Write
+    #: Set for a completion: a refusal (False) or a stop before it is sent drops it.
+    on_dropped: OnDropped | None = None
 
 
 class Heartbeat:
@@ -67,9 +90,10 @@ class Heartbeat:
         #: every round until it is renewed: the guard stops the handlers it guards.
         self.on_lapse: Callable[[], None] | None = None
         self.lapse_lead_s = margin_s / 4
-        #: Wall time of the store's last answer to any call.
+        #: Wall time of the store's last answer to any call, and of its last failure.
         self.last_ok: float | None = None
-        self._pending: dict[str, tuple[str, Write]] = {}
+        self.last_failed: float | None = None
+        self._pending: dict[str, Deferred] = {}
         self._wake = anyio.Event()
         self._log = structlog.get_logger("lease_worker.idempotency")
 
@@ -80,15 +104,33 @@ class Heartbeat:
         """True if our beat holds for `for_s` more seconds: claims made now are live."""
         return self.wall() + for_s < self.confirmed_until
 
-    def defer(self, name: str, operation: str, write: Write) -> None:
+    def defer(
+        self, name: str, operation: str, write: Write, *, on_dropped: OnDropped | None = None
+    ) -> None:
         """Send `write` from this task (now, then every round until the store takes it).
-        A later write of the same `name` (a claim's token) replaces an unsent one."""
-        self._pending[name] = (operation, write)
+        A later write of the same `name` (a claim's token) replaces an unsent one.
+        `on_dropped`: for a completion (see `Deferred`)."""
+        self._pending[name] = Deferred(operation, write, on_dropped)
         self._wake.set()
 
     @property
     def pending(self) -> int:
         return len(self._pending)
+
+    def holds(self, name: str) -> bool:
+        """True if a write of `name` (a claim's token) waits to be sent."""
+        return name in self._pending
+
+    async def send_now(self, name: str) -> None:
+        """Send the pending write of `name` now, if there is one (raises `StoreError`)."""
+        if (deferred := self._pending.get(name)) is not None:
+            await self._send(name, deferred)
+
+    @property
+    def longest_gap_s(self) -> float:
+        """The longest a store that is back may wait for this process's next beat: one
+        wait between rounds (at most `margin_s`) and one call (at most `timeout_s`)."""
+        return self.margin_s + self._timeout_s
 
     async def beat(self) -> bool:
         """Write our beat now; True if the store took it."""
@@ -120,6 +162,7 @@ class Heartbeat:
             with anyio.CancelScope(shield=True), anyio.move_on_after(_FLUSH_S):
                 await self._send_pending()
                 await self._end_beat()
+            self._drop_unsent()
 
     async def _round(self) -> tuple[int, bool]:
         calls = 0
@@ -156,19 +199,29 @@ class Heartbeat:
 
     async def _send_pending(self) -> tuple[int, int]:
         sent = failed = 0
-        for name, (operation, write) in list(self._pending.items()):
+        for name, deferred in list(self._pending.items()):
             sent += 1
             try:
-                await self.call(operation, write)
+                await self._send(name, deferred)
             except StoreError as error:
                 failed += 1
                 self._log.warning(
-                    "idempotency.write_pending", operation=operation, reason=error.reason
+                    "idempotency.write_pending", operation=deferred.operation, reason=error.reason
                 )
-                continue
-            if self._pending.get(name, (None, None))[1] is write:  # not replaced meanwhile
-                del self._pending[name]
         return sent, failed
+
+    async def _send(self, name: str, deferred: Deferred) -> None:
+        answer = await self.call(deferred.operation, deferred.write)
+        if self._pending.get(name) is deferred:  # not replaced (nor sent) meanwhile
+            del self._pending[name]
+            if answer is False and deferred.on_dropped is not None:
+                deferred.on_dropped("taken_over")
+
+    def _drop_unsent(self) -> None:
+        for deferred in self._pending.values():
+            if deferred.on_dropped is not None:
+                deferred.on_dropped("not_sent")
+        self._pending.clear()
 
     async def _end_beat(self) -> None:
         # Our claims go stale at once rather than one TTL from now.
@@ -181,7 +234,11 @@ class Heartbeat:
 
     async def call(self, operation: str, write: Write) -> Any:
         """One store call (the guard's too): `last_ok` tells how long the store is down."""
-        answer = await store_call(self._metrics(), operation, self._timeout_s, write)
+        try:
+            answer = await store_call(self._metrics(), operation, self._timeout_s, write)
+        except StoreError:
+            self.last_failed = self.wall()
+            raise
         self.last_ok = self.wall()
         return answer
 

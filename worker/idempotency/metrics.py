@@ -10,10 +10,13 @@ import weakref
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-__all__ = ["IdempotencyMetrics"]
+__all__ = ["DROP_REASONS", "IdempotencyMetrics"]
 
 _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 _OPERATIONS = ("create", "replace", "remove", "beat", "beat_of")
+#: Why a completion was not recorded: its claim was taken over before it was written, or
+#: the worker stopped before the store took it.
+DROP_REASONS = ("taken_over", "not_sent")
 
 _by_registry: weakref.WeakKeyDictionary[CollectorRegistry, IdempotencyMetrics] = (
     weakref.WeakKeyDictionary()
@@ -45,6 +48,12 @@ class IdempotencyMetrics:
             ["queue"],
             registry=registry,
         )
+        self.completions_dropped = Counter(
+            f"{name}_completions_dropped",
+            "Handler successes whose completion was never recorded (the key may run again).",
+            ["queue", "reason"],
+            registry=registry,
+        )
         self.store_errors = Counter(
             f"{name}_store_errors",
             "Store calls that failed or timed out.",
@@ -73,3 +82,5 @@ class IdempotencyMetrics:
     def declare_queue(self, queue: str) -> None:
         for counter in (self.duplicates, self.busy, self.takeovers):
             counter.labels(queue)
+        for reason in DROP_REASONS:
+            self.completions_dropped.labels(queue, reason)

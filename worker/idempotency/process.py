@@ -35,6 +35,9 @@ __all__ = ["MAX_RETRY_AFTER_S", "Idempotency"]
 
 #: The longest a message waits for the store to come back, per delivery.
 MAX_RETRY_AFTER_S = 300.0
+#: Added to the heartbeat's longest gap in the default takeover grace: a beat's own round
+#: trip and the scheduling of two processes.
+_GRACE_SLACK_S = 1.0
 
 
 class Idempotency:
@@ -49,6 +52,13 @@ class Idempotency:
     reach) and the beat is about to run out, cancel the handlers it guards (outcome
     `lease_lost`: their messages lapse and come back), since other workers will call their
     claims stale. Off by default: a store outage then does not stop work in progress.
+    `takeover_grace_s`: how long a worker waits, once it finds a claim whose owner's
+    heartbeat ran out (the owner did not let it go), before it takes the claim over: the
+    owner may be alive, cut off by a store outage, with a completion it could not write;
+    a live owner beats again (and then writes what it holds) within this long of the store
+    coming back, and its claim is live again. Default: the longest gap between two beats of a
+    process whose store is down (`renew_margin_s` + `store_timeout_s`) and a second more.
+    Every worker that shares a store needs the same lease and store settings for it to hold.
     `clock`: the worker's time (default: the event loop's).
     """
 
@@ -60,6 +70,7 @@ class Idempotency:
         retry_after_s: float = 5.0,
         clock_skew_s: float = 1.0,
         stop_on_lapse: bool = False,
+        takeover_grace_s: float | None = None,
         clock: Clock | None = None,
     ) -> None:
         if not isinstance(store, IdempotencyStore):
@@ -69,6 +80,11 @@ class Idempotency:
                 raise RegistrationError(f"{name}={value!r}: must be a positive number")
         if not (isinstance(clock_skew_s, int | float) and 0 <= clock_skew_s < math.inf):
             raise RegistrationError(f"clock_skew_s={clock_skew_s!r}: must be a number >= 0")
+        if takeover_grace_s is not None and not (
+            isinstance(takeover_grace_s, int | float) and 0 <= takeover_grace_s < math.inf
+        ):
+            raise RegistrationError(f"takeover_grace_s={takeover_grace_s!r}: a number >= 0")
+        self._takeover_grace_s = None if takeover_grace_s is None else float(takeover_grace_s)
         self.clock_skew_s = float(clock_skew_s)
         self.stop_on_lapse = bool(stop_on_lapse)
         #: The leases of the handlers running under a claim, by claim token.
@@ -153,6 +169,24 @@ class Idempotency:
 
     def wall(self) -> float:
         return self._clock.now() + self._clock.wall_offset_s()
+
+    async def sleep(self, seconds: float) -> None:
+        await self._clock.sleep_until(self._clock.now() + seconds)
+
+    @property
+    def takeover_grace_s(self) -> float:
+        """See the class docstring (the default follows the lease settings as run)."""
+        if self._takeover_grace_s is not None:
+            return self._takeover_grace_s
+        return self.heartbeat.longest_gap_s + _GRACE_SLACK_S
+
+    def completion_dropped(self, queue: str, message_id: str, reason: str) -> None:
+        """A handler succeeded but its completion will never be recorded: the key may run
+        again (see `Heartbeat`); logged and counted, by `reason` (`DROP_REASONS`)."""
+        self.metrics.completions_dropped.labels(queue, reason).inc()
+        self.log.error(
+            "idempotency.completion_dropped", queue=queue, message_id=message_id, reason=reason
+        )
 
     async def call(self, operation: str, make: Callable[[], Awaitable[Any]]) -> Any:
         return await self.heartbeat.call(operation, make)

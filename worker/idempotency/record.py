@@ -10,6 +10,9 @@ Rules (times are wall-clock seconds, since records are shared between processes)
   (its lease was lost, capped, or shut down) moves it to the moment it let go. So a crashed
   owner's claims go stale when its heartbeat runs out, a lapsed lease's claim at once, and
   no claim outlives the longest any lease can be held.
+- A stale claim that was not let go (its owner's heartbeat ran out, or its cap passed) may
+  belong to a live owner that a store outage cut off, holding a completion it could not
+  write: another worker takes it over only after a grace (`worker.idempotency.guard`).
 - A completed record whose TTL has passed is as good as absent.
 - With payload validation, a record whose body hash differs from the message's is a
   mismatch: the same key for a different payload is an error, never a silent duplicate.
@@ -61,6 +64,12 @@ class Record:
 
     def let_go(self, *, at: float) -> Record:
         return replace(self, stale_at=min(self.stale_at, at))
+
+    @property
+    def was_let_go(self) -> bool:
+        """An in-progress claim its owner let go: a claim is written with `stale_at` equal
+        to `expires_at`, and only `let_go` moves `stale_at` before it."""
+        return self.state is RecordState.IN_PROGRESS and self.stale_at < self.expires_at
 
     def to_json(self) -> str:
         fields = {
