@@ -109,7 +109,10 @@ def profile_sqs(messages: int, contender: Contender, stats_file: Path) -> Profil
     python, rest = contender.command[0], contender.command[1:]
     assert rest[:2] == ("-m", "worker"), rest
     wrapper = (python, "-m", "bench.apps.profiled", str(stats_file))
-    profiled = replace(contender, command=(*wrapper, *rest))
+    # A stop waits for the long poll on the wire (up to 20 s when the queue is drained);
+    # a 1 s grace cuts it short, so that the worker exits, writing its profile, well within
+    # the harness's stop (SIGTERM, then SIGKILL 3 s later).
+    profiled = replace(contender, command=(*wrapper, *rest, "--grace-s", "1"))
 
     def begin(process: Process) -> None:
         if process.ready.wait(60):
