@@ -41,7 +41,8 @@ Calls that land late (issue 27): a renewal may reach the service and answer late
   answer wins, so a slow network costs an extra call instead of every lease that needs a
   renewal, and a lost answer is covered by the next call.
 
-Stalls: a watchdog, a plain loop callback every `_WATCH_S` (not a task), notices when the
+Stalls: a watchdog, a plain loop callback every half margin (at least `_WATCH_S`; not a
+task; a lease lapses only in a stall longer than the margin), notices when the
 loop did not run for a while (SIGSTOP, a long GC, blocking code) and loses every lease whose
 deadline passed meanwhile, cancelling its handler, in the first loop step after the stall:
 before any handler task resumes (their wake-ups run in the step after).
@@ -85,9 +86,9 @@ _ENTRY_CODES = _LOST_CODES | _CAP_CODES | frozenset({"MissingParameter", "Valida
 #: (lease, visibility sent, the handler's request it answers or None)
 _Renewal = tuple[Lease, int, int | None]
 
-#: How often the stall watchdog looks (seconds), and how late it must be to sweep.
+#: The stall watchdog looks at most this often (seconds); a tick later than half its interval
+#: means the loop stood still.
 _WATCH_S = 1.0
-_STALL_S = 0.5
 #: Recent renewal round trips kept to set the next call's time limit.
 _ROUND_TRIPS = 16
 
@@ -127,6 +128,7 @@ class LeaseKeeper:
         #: Recent renewal round trips (seconds); a call abandoned at T counts as T.
         self._round_trips: deque[float] = deque(maxlen=_ROUND_TRIPS)
         self._watchdog: asyncio.TimerHandle | None = None
+        self._watch_every = max(_WATCH_S, config.renew_margin_s / 2)
         self._watch_due = math.inf
         #: When the last stall the watchdog saw ended (loop time): a receive sent before it
         #: may have been answered at any time during it (the receiver reads this).
@@ -301,10 +303,10 @@ class LeaseKeeper:
         """The watchdog's tick: a loop callback, so that after a stall it runs in the first
         loop step, before the handler tasks that the stall's I/O and timers wake."""
         now = loop.time()
-        if now - self._watch_due > _STALL_S:
+        if now - self._watch_due > self._watch_every / 2:
             self.stall_ended_at = now
             self.sweep(now)
-        self._watch_due = now + _WATCH_S
+        self._watch_due = now + self._watch_every
         self._watchdog = loop.call_at(self._watch_due, self._watch, loop)
 
     def sweep(self, now: float) -> int:
