@@ -9,9 +9,10 @@ from __future__ import annotations
 import anyio
 import pytest
 
+from backends.memory import MemoryBackend
 from tests.recording import RecordingBackend
-from worker import Message, OutgoingMessage, Worker, WorkerConfig
-from worker.testing import run_worker
+from worker import Message, OutgoingMessage, TransientBackendError, Worker, WorkerConfig
+from worker.testing import Fate, FaultyBackend, run_worker
 from worker.types import QueueSpec
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
@@ -54,3 +55,27 @@ async def test_every_receiver_resumes_after_the_queue_was_full() -> None:
         now_polling = polling[0]
         harness.shutdown()
     assert now_polling == 4, (now_polling, most[0])
+
+
+async def test_readiness_returns_within_one_receive_of_the_service_coming_back() -> None:
+    """Issue 28 (9): after failed receives the next poll was a long one again, so readiness
+    (`reachable`, behind /readyz) came back only when that empty poll answered, `wait_s`
+    (20 s) after the service did."""
+    backend = FaultyBackend(MemoryBackend())
+    await backend.create_queue(QueueSpec("jobs"))
+    backend.refuse("receive", TransientBackendError("down", code="ServiceUnavailable"), times=3)
+    app = Worker(WorkerConfig(wait_s=20))
+
+    @app.handler("jobs")
+    async def job(message: Message) -> None:
+        pass
+
+    async with run_worker(app, backend=backend) as harness:
+        receiver = harness.supervisor.receivers["jobs"]
+        with anyio.fail_after(60):
+            while len(backend.calls) < 4 or not receiver.reachable:  # noqa: ASYNC110
+                await anyio.sleep(0.05)  # virtual time; readiness has no event to wait on
+        refused = [c for c in backend.calls if c.fate is Fate.REFUSED]
+        back_at = anyio.current_time()
+    assert len(refused) == 3
+    assert back_at - refused[-1].at < 5  # the pause after the last failure, then one answer

@@ -163,8 +163,13 @@ class Receiver:
             pause = self._config.receive_backoff_s
 
     async def _receive_once(self, count: int) -> int:
-        """One receive of up to `count` (reserved) messages; returns how many are now held."""
+        """One receive of up to `count` (reserved) messages; returns how many are now held.
+
+        After a failed receive the next one is a short poll: an empty long poll answers only
+        after `wait_s`, which kept `/readyz` failing for that long after the service came
+        back; the short poll's answer says at once that it is reachable again."""
         lease_config = self._config.lease
+        wait_s = self._config.wait_s if self.reachable else 0
         sent_at = self._clock.now()
         self._metrics.receive_calls.labels(self.queue).inc()
         messages: Sequence[ReceivedMessage] = ()
@@ -172,11 +177,11 @@ class Receiver:
             with anyio.CancelScope() as poll:
                 self._polls.add(poll)
                 messages = await call_by(
-                    sent_at + self._config.wait_s + self._config.call_timeout_s,
+                    sent_at + wait_s + self._config.call_timeout_s,
                     lambda: self._backend.receive(
                         self.queue,
                         max_messages=count,
-                        wait_s=self._config.wait_s,
+                        wait_s=wait_s,
                         visibility_s=lease_config.visibility_s,
                     ),
                     operation="ReceiveMessage",
