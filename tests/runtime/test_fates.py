@@ -125,3 +125,33 @@ async def test_a_stall_longer_than_the_lease_runs_no_message_twice_at_once(diale
     assert overlaps == []
     assert sorted(effects.values()) == [1] * COUNT
     assert backend.inner.engine.counts("jobs") == QueueCounts(0, 0, 0)
+
+
+@pytest.mark.parametrize("dialect", ["sqs", "smq"])
+async def test_a_shutdown_while_a_receives_answer_is_late_strands_nothing(dialect: str) -> None:
+    """The shutdown suite's case over the fault backend: the receive landed (the engine
+    handed the messages out), its answer is late, and the worker is asked to stop meanwhile:
+    what the answer brings is released at once, never run (issue 27 (4))."""
+    backend = _backend(dialect)
+    app = Worker(WorkerConfig(lease=LEASE, max_in_flight=COUNT, wait_s=5))
+    runs: list[str] = []
+
+    @app.handler("jobs")
+    async def job(message: Message) -> None:
+        runs.append(message.message_id)
+
+    await backend.create_queue(QueueSpec("jobs", visibility_timeout_s=10))
+    backend.late("receive", by_s=2.0)  # the first poll's answer
+    async with run_worker(app, backend=backend) as harness:
+        await anyio.sleep(0.5)  # the long poll waits at the engine
+        await backend.inner.send(
+            "jobs", [OutgoingMessage(body="{}", entry_id=str(i)) for i in range(COUNT)]
+        )
+        await anyio.sleep(0.5)  # the poll has landed with them; its answer is on its way
+        assert backend.inner.engine.counts("jobs") == QueueCounts(0, COUNT, 0)
+        harness.shutdown()
+    stopped = anyio.current_time()
+    assert runs == []
+    await anyio.sleep(1)  # SMQ's shortest release is 1 s; SQS's is 0
+    assert backend.inner.engine.counts("jobs") == QueueCounts(COUNT, 0, 0)
+    assert anyio.current_time() - stopped == pytest.approx(1)
