@@ -8,7 +8,8 @@
    kind and region in each micro-batch, and writes the counts to `summaries` with the
    queue sink.
 4. A report (`report.md` and `report.png`) shows the totals, the jobs' renewals and the
-   streaming counts.
+   streaming counts; the plot only when matplotlib is installed (the `[spark]` extra is
+   all the rest needs).
 
 Queues are the embedded in-memory engine behind its SQS endpoint on 127.0.0.1 (Spark's
 Python processes reach it like SQS), or a real SQS-compatible endpoint given with

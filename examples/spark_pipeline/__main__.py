@@ -18,7 +18,8 @@ def main() -> None:
     args = parser.parse_args()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="spark-pipeline-"))
     result = run_pipeline(workdir, datasets=args.datasets, rows=args.rows, events=args.events)
-    print(f"report: {result.report}  plot: {result.plot}")
+    plot = result.plot or "none (pip install matplotlib for report.png)"
+    print(f"report: {result.report}  plot: {plot}")
 
 
 if __name__ == "__main__":

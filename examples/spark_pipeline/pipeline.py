@@ -32,6 +32,7 @@ from worker.integrations.spark import (
     SparkJobs,
     read_leased_queue,
     spark_session,
+    stops_quietly,
 )
 from worker.types import Deletion, OutgoingMessage, QueueSpec
 
@@ -55,7 +56,8 @@ class PipelineResult:
     events_sent: int
     summaries: list[dict[str, Any]]
     report: Path
-    plot: Path
+    #: None without matplotlib (not in the `[spark]` extra).
+    plot: Path | None
 
 
 async def connect_endpoint(url: str) -> Backend:
@@ -76,6 +78,9 @@ def run_pipeline(workdir: Path, *, datasets: int, rows: int, events: int) -> Pip
             endpoint.portal.call(MemoryBackend(endpoint.engine).create_queue, spec)
         connect = functools.partial(connect_endpoint, endpoint.url)
         spark = spark_session()
+        # Spark's warnings here are about the example's own pace (a 1 s trigger while the
+        # jobs take the cores) and the stop's killed tasks: errors only.
+        spark.sparkContext.setLogLevel("ERROR")
         query = _start_stream(spark, connect, workdir / "checkpoint")
         try:
             _send(endpoint, EVENTS, data.events(events))
@@ -91,7 +96,10 @@ def run_pipeline(workdir: Path, *, datasets: int, rows: int, events: int) -> Pip
 def _start_stream(spark: SparkSession, connect: BackendConnect, checkpoint: Path) -> StreamingQuery:
     stream = read_leased_queue(spark, connect, EVENTS, visibility_s=30, max_batch=200)
     counts = EventCounts(QueueSink(connect=connect, queue=SUMMARIES, key="key"))
-    writer = stream.writeStream.foreachBatch(counts).trigger(processingTime="1 second")
+    # stops_quietly: `query.stop()` during a batch ends the query without the JVM's
+    # ~1,000-line StackOverflowError (worker.integrations.spark.interruption).
+    batches = stream.writeStream.foreachBatch(stops_quietly(counts))
+    writer = batches.trigger(processingTime="1 second")
     return writer.option("checkpointLocation", str(checkpoint)).start()
 
 

@@ -33,6 +33,9 @@ def spark() -> Iterator[SparkSession]:
             "spark.default.parallelism": "2",
             # A streaming query's state in tests is tiny; no need to keep 100 batches.
             "spark.sql.streaming.minBatchesToRetain": "5",
+            # How long a killed task's Python worker may run on (2 s by default): longer,
+            # so that a test can have one act after its job was cancelled, on time.
+            "spark.python.task.killTimeout": "10s",
         },
     )
     session.sparkContext.setLogLevel("ERROR")

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -138,6 +140,79 @@ async def test_cancelling_the_handler_cancels_the_tagged_jobs_and_commits_nothin
     assert _hidden(output.parent) == []  # and the staging output removed
     assert (counts.visible, counts.in_flight) == (1, 0)  # released for another worker
     print(f"cancel: jobs stopped in {cancelled['stopped_in_s']} s, handler {stopped_after:.2f} s")
+
+
+def _late_rows(partition: int, rows: Iterable[int]) -> Iterator[tuple[int]]:
+    """On an executor: partition 0's rows at once (its task opens its output file: the job
+    is writing), partition 1's after a pause, as a Python worker busy with a batch is. A
+    killed task whose Python worker answers within `spark.python.task.killTimeout` (2 s by
+    default, 10 s in these tests: conftest.py) goes on with the rows it gets."""
+    if partition == 1:
+        time.sleep(3)
+    for n in rows:
+        yield (n,)
+
+
+async def test_a_cancelled_jobs_late_tasks_leave_no_staging_directory_behind(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Spark fails a cancelled job at once, while its killed Python tasks run on: one that
+    opened its output file late re-created the `.NAME.staging-*` directory after the
+    handler had removed it, left there for good. The staging output is now removed once
+    the job's tasks ended."""
+    output = tmp_path / "out" / "late"
+    jobs = SparkJobs(spark, cancel_wait_s=20)
+    app = Worker(
+        WorkerConfig(
+            lease=LeaseConfig(visibility_s=5), wait_s=1, shutdown=ShutdownConfig(grace_s=0)
+        )
+    )
+
+    tags: list[str] = []
+
+    def late_write(spark: SparkSession, job: JobContext) -> None:
+        assert job.output is not None
+        tags.append(job.tag)
+        rows = spark.sparkContext.parallelize(range(1_000), 2)
+        frame = spark.createDataFrame(rows.mapPartitionsWithIndex(_late_rows), "n long")
+        frame.write.parquet(job.output)
+
+    @app.handler("late")
+    async def handle(message: Message) -> None:
+        await jobs.run(message, late_write, output=str(output))
+
+    async with run_worker(app) as harness:
+        await harness.send("late", {})
+        with anyio.fail_after(60):
+            await anyio.to_thread.run_sync(_wait_for_a_part_file, output.parent)
+        harness.shutdown()  # grace 0: the handler is cancelled at once
+        with anyio.fail_after(30):
+            [handled] = await harness.wait_for_handled(1)
+    assert handled.outcome is Outcome.SHUTDOWN
+    with anyio.fail_after(30):  # until the killed tasks are gone too (they touch the output)
+        await anyio.to_thread.run_sync(_wait_for_the_tasks_of, spark, tags[0])
+    assert not output.exists()
+    assert _hidden(output.parent) == []
+
+
+def _wait_for_a_part_file(directory: Path) -> None:
+    """Until a task has opened an output file under `directory` (bounded by the caller)."""
+    while not any(p.name.startswith("part-") for p in directory.rglob("*")):
+        time.sleep(0.02)
+
+
+def _wait_for_the_tasks_of(spark: SparkSession, tag: str) -> None:
+    """Until every task of the jobs tagged `tag` has ended, as Spark's status tracker counts
+    them per stage (an executor's count drops a killed task that still runs)."""
+    tracker = spark.sparkContext.statusTracker()
+    jvm_tracker: Any = spark.sparkContext._jsc.sc().statusTracker()
+    while True:
+        jobs = [tracker.getJobInfo(job_id) for job_id in jvm_tracker.getJobIdsForTag(tag)]
+        stages = [tracker.getStageInfo(s) for job in jobs if job for s in job.stageIds]
+        running = sum(stage.numActiveTasks for stage in stages if stage)
+        if jobs and running == 0 and all(job and job.status != "RUNNING" for job in jobs):
+            return
+        time.sleep(0.05)
 
 
 def _wait_for_a_running_job(spark: SparkSession) -> None:

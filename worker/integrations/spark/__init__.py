@@ -11,12 +11,15 @@ Install with the `[spark]` extra (pyspark >= 4.0, pyarrow; a Java 17+ runtime). 
 - `read_leased_queue(spark, connect, queue)`: a streaming DataFrame of a queue whose
   messages stay leased until Spark commits their micro-batch, then are deleted.
 - `QueueSink(connect=..., queue=...)`: a DataFrame's rows sent as messages in full batches.
+- `stops_quietly(func)`: a `foreachBatch` function of your own, stopped by `query.stop()`
+  without the JVM's ~1,000-line `StackOverflowError` (`BatchInterrupted`).
 
 `connect` is a picklable zero-argument async callable that opens a `worker.Backend` in
 Spark's Python processes (`BackendConnect`).
 """
 
 from worker.integrations.spark.holder import BackendConnect
+from worker.integrations.spark.interruption import BatchInterrupted, stops_quietly
 from worker.integrations.spark.jobs import JobContext, JobResult, SparkJobs
 from worker.integrations.spark.output import StagedOutput
 from worker.integrations.spark.session import spark_session
@@ -35,6 +38,7 @@ from worker.integrations.spark.source import (
 
 __all__ = (
     "BackendConnect",
+    "BatchInterrupted",
     "JobContext",
     "JobResult",
     "LeasedQueueSource",
@@ -48,4 +52,5 @@ __all__ = (
     "leased_queue_source",
     "read_leased_queue",
     "spark_session",
+    "stops_quietly",
 )

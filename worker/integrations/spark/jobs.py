@@ -22,7 +22,11 @@ Rules:
   bounded by `cancel_wait_s`, for the job's thread to end before its cancellation goes on:
   the message is not released while its job may still write. A thread still running after
   `cancel_wait_s` is left (its staging output too) and logged `spark.job.still_running`.
-  Python UDFs run on ~2 s past a cancel (their workers finish the batch at hand).
+- A cancelled or failed job's tasks outlive it: Spark fails the job at once, while a killed
+  task whose Python worker is busy runs on for up to ~2 s (`spark.python.task.killTimeout`)
+  and may still touch the output, re-creating an empty staging directory after it was
+  removed. So the staging output is removed only once the tagged jobs' tasks have all ended
+  (Spark's status tracker; also bounded by `cancel_wait_s`, then `spark.job.tasks_running`).
 - With `output`, the job writes to a staging path (`JobContext.output`) that is renamed onto
   `output` only when the job returned (see `worker.integrations.spark.output`); a cancelled
   or failed job's staging output is removed. An `output` that exists already was committed
@@ -53,6 +57,12 @@ T = TypeVar("T")
 log = structlog.get_logger("worker.integrations.spark")
 #: While a cancelled job's thread runs on, its tag is cancelled again this often.
 _RECANCEL_S = 1.0
+#: How often Spark's status tracker is read while a stopped job's tasks end (it has no
+#: callback in PySpark).
+_TASKS_POLL_S = 0.1
+#: How long a tag with no job in the status tracker is looked at again (its events may
+#: still be on Spark's listener bus) before it counts as having run none.
+_NO_JOB_SETTLE_S = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,17 +133,35 @@ class SparkJobs:
     def _stop(
         self, tag: str, done: concurrent.futures.Future[Any], staged: StagedOutput | None
     ) -> None:
-        """Cancel the tagged jobs of a run still going, wait (bounded) for its thread, and
-        remove its staging output. Blocking: runs in a thread of its own."""
+        """Cancel the tagged jobs of a run still going, wait (bounded) for its thread and
+        then its tasks, and remove its staging output. Blocking: runs in a thread of its own."""
+        asked = time.monotonic()
+        until = asked + self.cancel_wait_s
         if not done.done():
-            asked = time.monotonic()
-            if not self._cancel_until_done(tag, done, until=asked + self.cancel_wait_s):
+            if not self._cancel_until_done(tag, done, until=until):
                 log.warning("spark.job.still_running", tag=tag, waited_s=self.cancel_wait_s)
                 return  # its staging output is left: the job may still write there
             stopped_in = round(time.monotonic() - asked, 3)
             log.info("spark.job.cancelled", tag=tag, stopped_in_s=stopped_in)
-        if staged is not None:
-            staged.discard(self.spark)
+        if staged is None:
+            return
+        running = self._wait_for_tasks(tag, until=until)
+        if running != 0:  # removed all the same: a task that ends later may leave some
+            log.warning("spark.job.tasks_running", tag=tag, tasks=running)
+        staged.discard(self.spark)
+
+    def _wait_for_tasks(self, tag: str, *, until: float) -> int | None:
+        """Until no task of a job tagged `tag` runs, or `until`: the tasks still running
+        then (None: a job of the tag still runs, as far as the status tracker knows)."""
+        looked = time.monotonic()
+        while True:
+            jobs, running = _tasks_of(self.spark, tag)
+            settled = jobs > 0 or time.monotonic() - looked >= _NO_JOB_SETTLE_S
+            if running == 0 and settled:
+                return 0
+            if time.monotonic() >= until:
+                return running
+            time.sleep(_TASKS_POLL_S)
 
     def _cancel_until_done(
         self, tag: str, done: concurrent.futures.Future[Any], *, until: float
@@ -168,6 +196,26 @@ def _job_then_commit(
         if jsc._jsc is not None:  # None once the session was stopped
             jsc.removeJobTag(context.tag)
     return value, staged is not None and staged.commit(spark)
+
+
+def _tasks_of(spark: SparkSession, tag: str) -> tuple[int, int | None]:
+    """How many jobs tagged `tag` Spark's status tracker knows, and how many of their tasks
+    still run, counted per stage (an executor's own count drops a killed task at once);
+    None while such a job still runs (its last tasks may not be counted yet)."""
+    jvm_tracker: Any = spark.sparkContext._jsc.sc().statusTracker()
+    tracker = spark.sparkContext.statusTracker()
+    ids = [int(job_id) for job_id in jvm_tracker.getJobIdsForTag(tag)]
+    running = 0
+    for job_id in ids:
+        job = tracker.getJobInfo(job_id)
+        if job is None:  # forgotten (spark.ui.retainedJobs): long over
+            continue
+        if job.status == "RUNNING":
+            return len(ids), None
+        for stage_id in job.stageIds:
+            stage = tracker.getStageInfo(stage_id)
+            running += stage.numActiveTasks if stage is not None else 0
+    return len(ids), running
 
 
 def _in_thread(name: str, call: Callable[[], T]) -> concurrent.futures.Future[T]:

@@ -18,6 +18,9 @@ Rules:
   sends them again (give FIFO queues a deduplication id column).
 - Before anything is sent, rows whose body is null or longer than `max_body_bytes` (UTF-8)
   are looked for, and the write is refused with an error naming them: nothing is sent.
+- A streaming query's `stop()` that interrupts a write raises `BatchInterrupted`, a short
+  error Spark takes for the stop it is (`worker.integrations.spark.interruption`): the
+  query ends quietly, the batch is not committed.
 - FIFO: `group_id` and `deduplication_id` name columns. Order within a group is the order
   of its rows in their partition: put a group in one partition, sorted
   (`repartition("group").sortWithinPartitions(...)`). A retried entry may land after later
@@ -37,6 +40,7 @@ from pyspark.sql import functions as F
 from worker.backend import Backend
 from worker.errors import LeaseWorkerError, TransientBackendError
 from worker.integrations.spark.holder import BackendConnect
+from worker.integrations.spark.interruption import quiet_interruption
 from worker.types import OutgoingMessage
 
 __all__ = ["OversizedBodyError", "QueueSink", "RowFailure", "SinkError", "SinkReport"]
@@ -122,12 +126,14 @@ class QueueSink:
             raise ValueError(f"max_body_bytes must be >= 1, got {self.max_body_bytes}")
 
     def write(self, frame: DataFrame) -> SinkReport:
-        """Send every row; the report, or `SinkError` when some rows could not be sent."""
-        self._refuse_oversized(frame)
-        columns = [self.body, self.group_id, self.deduplication_id, self.key]
-        chosen = frame.select(*[F.col(c) if c else F.lit(None) for c in columns])
-        send = functools.partial(_send_partition, self)
-        reports = chosen.rdd.mapPartitionsWithIndex(send).collect()
+        """Send every row; the report, or `SinkError` when some rows could not be sent
+        (`BatchInterrupted` when a streaming query's stop interrupts it)."""
+        with quiet_interruption():  # worker.integrations.spark.interruption
+            self._refuse_oversized(frame)
+            columns = [self.body, self.group_id, self.deduplication_id, self.key]
+            chosen = frame.select(*[F.col(c) if c else F.lit(None) for c in columns])
+            send = functools.partial(_send_partition, self)
+            reports = chosen.rdd.mapPartitionsWithIndex(send).collect()
         report = sum(reports, SinkReport())
         if report.failures:
             raise SinkError(report)
