@@ -14,7 +14,7 @@ object (`worker.app`).
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeAlias
 
@@ -120,6 +120,13 @@ class HandlerSpec:
 class Registry:
     def __init__(self) -> None:
         self._specs: dict[str, HandlerSpec] = {}
+
+    @classmethod
+    def of(cls, specs: Iterable[HandlerSpec]) -> Registry:
+        """A registry of handlers already checked (each once registered with `add`)."""
+        registry = cls()
+        registry._specs = {spec.queue: spec for spec in specs}
+        return registry
 
     def __iter__(self) -> Iterator[HandlerSpec]:
         return iter(self._specs.values())

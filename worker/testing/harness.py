@@ -18,7 +18,7 @@ import dataclasses
 import functools
 import json
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -32,7 +32,7 @@ from worker.core.settlement import Outcome, Settlement
 from worker.errors import ConfigError, DecodeError
 from worker.message import Message
 from worker.middleware import CallNext
-from worker.registry import AppSpec, Decoder, DescribesApp, HandlerSpec, app_spec
+from worker.registry import AppSpec, Decoder, DescribesApp, HandlerSpec, Registry, app_spec
 from worker.runtime.metrics import Metrics
 from worker.runtime.queues import create_missing_queues
 from worker.runtime.supervisor import Supervisor
@@ -175,33 +175,13 @@ class _Bodies:
         """`app` with every handler recording the bodies it gets (outermost)."""
         spec = app_spec(app)
         return dataclasses.replace(
-            spec, registry=_Handlers({h.queue: self._handler(h) for h in spec.registry})
+            spec, registry=Registry.of(self._handler(h) for h in spec.registry)
         )
 
     def _handler(self, spec: HandlerSpec) -> HandlerSpec:
         if spec.batch is not None:
             return dataclasses.replace(spec, func=self.batch(spec.func))  # type: ignore[arg-type]
         return dataclasses.replace(spec, middleware=(self.middleware, *spec.middleware))
-
-
-class _Handlers:
-    """An app's handlers by queue (the runtime's `Handlers`), here the recording ones."""
-
-    def __init__(self, specs: dict[str, HandlerSpec]) -> None:
-        self._specs = specs
-
-    def __iter__(self) -> Iterator[HandlerSpec]:
-        return iter(self._specs.values())
-
-    def __len__(self) -> int:
-        return len(self._specs)
-
-    def __getitem__(self, queue: str) -> HandlerSpec:
-        return self._specs[queue]
-
-    @property
-    def queues(self) -> list[str]:
-        return list(self._specs)
 
 
 class WorkerHarness:
