@@ -125,7 +125,8 @@ class LeaseKeeper:
         self._requester = self._request_extension
         #: Leases whose renewal is on the wire (out of the schedule meanwhile).
         self._on_wire: set[Lease] = set()
-        #: Recent renewal round trips (seconds); a call abandoned at T counts as T.
+        #: Recent renewal round trips (seconds): from the send to the answer, or to the
+        #: deadline for a call that got none.
         self._round_trips: deque[float] = deque(maxlen=_ROUND_TRIPS)
         self._watchdog: asyncio.TimerHandle | None = None
         self._watch_every = max(_WATCH_S, config.renew_margin_s / 2)
@@ -406,7 +407,8 @@ class LeaseKeeper:
                     and not isinstance(error, TransientBackendError)
                     and error.code in _ENTRY_CODES
                 )
-                self._call_failed(queue, len(renewals), error, one_by_one)
+                retry = "one lease a call" if one_by_one else "after retry_interval_s"
+                self._call_failed(queue, len(renewals), error, retry)
                 result = BatchResult(
                     failed=tuple(
                         EntryFailure(e.entry_id, error.code or "call", str(error), False)
@@ -434,7 +436,7 @@ class LeaseKeeper:
             )
         self._apply(result, renewals, [entry.receipt_handle for entry in entries], sent_at)
 
-    def _call_failed(self, queue: str, leases: int, error: Exception, one_by_one: bool) -> None:
+    def _call_failed(self, queue: str, leases: int, error: Exception, retry: str) -> None:
         code = getattr(error, "code", "") or type(error).__name__
         self._log.warning(
             "lease.renew_call_failed",
@@ -442,7 +444,7 @@ class LeaseKeeper:
             leases=leases,
             code=code,
             error=str(error),
-            retry="one lease a call" if one_by_one else "after retry_interval_s",
+            retry=retry,
         )
         self._metrics.renewal_failures.labels(queue, code).inc(leases)
 
@@ -469,15 +471,13 @@ class LeaseKeeper:
             hedge_every = max(self._config.effective_renew_timeout_s, 2 * slowest)
 
         def hedged() -> None:  # the call under way is slow: counted and said as a timeout
-            self._metrics.renewal_failures.labels(queue, "Timeout").inc(len(renewals))
-            self._log.warning(
-                "lease.renew_call_failed",
+            slow = TransientBackendError(
+                f"ChangeMessageVisibilityBatch on queue {queue!r}: no answer in time",
+                operation="ChangeMessageVisibilityBatch",
                 queue=queue,
-                leases=len(renewals),
                 code="Timeout",
-                error="no answer in time",
-                retry="a second call beside it (hedged)",
             )
+            self._call_failed(queue, len(renewals), slow, "a second call beside it (hedged)")
 
         try:
             result, sent_at = await hedged_call_by(
