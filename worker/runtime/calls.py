@@ -21,7 +21,7 @@ import anyio
 
 from worker.errors import BackendError, TransientBackendError
 
-__all__ = ["as_backend_error", "call_by", "hedged_call_by"]
+__all__ = ["as_backend_error", "call_by", "hedged_call_by", "no_answer"]
 
 T = TypeVar("T")
 
@@ -48,12 +48,7 @@ async def call_by(
     except TimeoutError:
         if not timeout.expired():
             raise  # the call's own TimeoutError (a socket's, say), not our deadline
-        raise TransientBackendError(
-            f"{operation} on queue {queue!r}: no answer in time",
-            operation=operation,
-            queue=queue,
-            code=code,
-        ) from None
+        raise no_answer(operation, queue, code) from None
 
 
 async def hedged_call_by(
@@ -102,11 +97,16 @@ async def hedged_call_by(
         return answers[0]
     if errors and len(errors) == sent:
         raise errors[0]
-    raise TransientBackendError(
+    raise no_answer(operation, queue, "DeadlineReached")
+
+
+def no_answer(operation: str, queue: str, code: str) -> TransientBackendError:
+    """What a call abandoned for want of an answer is: transient, to be retried."""
+    return TransientBackendError(
         f"{operation} on queue {queue!r}: no answer in time",
         operation=operation,
         queue=queue,
-        code="DeadlineReached",
+        code=code,
     )
 
 

@@ -68,7 +68,7 @@ from worker.core.lease import Lease, LeaseState
 from worker.core.schedule import LeaseSchedule
 from worker.core.settlement import Outcome
 from worker.errors import TransientBackendError
-from worker.runtime.calls import as_backend_error, hedged_call_by
+from worker.runtime.calls import as_backend_error, hedged_call_by, no_answer
 from worker.runtime.metrics import Metrics
 from worker.runtime.waiters import Waiters
 from worker.types import BatchResult, EntryFailure, VisibilityChange
@@ -471,12 +471,7 @@ class LeaseKeeper:
             hedge_every = max(self._config.effective_renew_timeout_s, 2 * slowest)
 
         def hedged() -> None:  # the call under way is slow: counted and said as a timeout
-            slow = TransientBackendError(
-                f"ChangeMessageVisibilityBatch on queue {queue!r}: no answer in time",
-                operation="ChangeMessageVisibilityBatch",
-                queue=queue,
-                code="Timeout",
-            )
+            slow = no_answer("ChangeMessageVisibilityBatch", queue, "Timeout")
             self._call_failed(queue, len(renewals), slow, "a second call beside it (hedged)")
 
         try:

@@ -14,11 +14,12 @@ back to `bind_contextvars` itself.
 from __future__ import annotations
 
 import contextvars
-import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import structlog
+
+from worker import jsonlib
 
 __all__ = ["REDACTED", "bind_body", "bind_message", "scrub", "structlog_variables"]
 
@@ -96,7 +97,7 @@ def _values(body: str) -> tuple[str, ...]:
     if _values_cache[0] is body:
         return _values_cache[1]
     try:
-        found = set(_leaves(json.loads(body)))
+        found = set(_leaves(jsonlib.loads(body)))
     except (ValueError, RecursionError):  # not JSON: the text itself, and its words
         found = {body, *body.split()}
     found.add(body)
