@@ -15,11 +15,15 @@ Rules this module keeps:
   ChangeMessageVisibility). Other paths are 404 `InvalidArgument`; `/_stats` counts requests
   by operation (for benchmarks) and is not signed.
 - Every other request is signed (`backends.serve.smq.signature`), with an AccessKeyId this
-  endpoint knows (`credentials`, default `test`/`test`), else 403. The Date's age is not
+  endpoint knows (`credentials`, default `test`/`test`), else 403; with no Authorization
+  header 400 `MissingAuthorizationHeader`, with one not `MNS <id>:<signature>` 400
+  `InvalidAuthorizationHeader`, as SMQ's error-code list has them. The Date's age is not
   checked. A security token (`security-token`) is accepted and not checked.
 - Every answer carries `x-mns-request-id`; an error is SMQ's `<Error>` with Code, Message,
-  RequestId and HostId. A body is at most `wire.MAX_XML_BYTES`, read within `body_timeout_s`.
-  Nothing is logged per request; bodies and credentials never.
+  RequestId and HostId. A body is read to its end however the client splits it, at most
+  `wire.MAX_XML_BYTES` (else 400, unread), within `body_timeout_s` (SMQ's 30 s by default;
+  else 408 `RequestTimeout`); either refusal closes the connection. Nothing is logged per
+  request; bodies and credentials never.
 """
 
 from __future__ import annotations
@@ -54,12 +58,22 @@ __all__ = ["DEFAULT_CREDENTIALS", "SmqEndpoint", "serve_smq", "smq_endpoint_in_t
 DEFAULT_CREDENTIALS: Mapping[str, str] = MappingProxyType({"test": "test"})
 _log = structlog.get_logger("lease_worker.smq_endpoint")
 _ENGINE_CODES = {"QueueAlreadyExists": "QueueAlreadyExist"}
+#: How long a request's body may take to arrive, by default (SMQ's own limit, documented).
+DEFAULT_BODY_TIMEOUT_S = 30.0
+_CHUNK = 64 * 1024
+#: Refusals after which the rest of the body is never read: the connection closes.
+_UNREAD = frozenset({"RequestTimeout"})
 
 
 class _Handler:
     def __init__(
-        self, backend: MemoryBackend, credentials: Mapping[str, str], base_url: str | None
+        self,
+        backend: MemoryBackend,
+        credentials: Mapping[str, str],
+        base_url: str | None,
+        body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
     ) -> None:
+        self._body_timeout_s = body_timeout_s
         self._queues = QueueCalls(backend)
         self._messages = MessageCalls(backend)
         self._engine = backend.engine
@@ -95,7 +109,10 @@ class _Handler:
     def _error(self, error: SmqError, request_id: str, host: str) -> web.Response:
         body = wire.error_document(error, request_id, host)
         headers = {"x-mns-request-id": request_id, "Content-Type": "text/xml;charset=UTF-8"}
-        return web.Response(status=error.status, body=body, headers=headers)
+        response = web.Response(status=error.status, body=body, headers=headers)
+        if error.code in _UNREAD or error.message == wire.TOO_LARGE:
+            response.force_close()
+        return response
 
     async def _answer(self, request: web.BaseRequest) -> Answer:
         headers = {name.lower(): value for name, value in request.headers.items()}
@@ -104,7 +121,7 @@ class _Handler:
         )
         if problem is not None:
             raise SmqError(*problem)
-        raw = await _body(request)
+        raw = await _body(request, self._body_timeout_s)
         parts = request.path.strip("/").split("/")
         base_url = self._base_url or f"{request.scheme}://{request.host}"
         if parts == ["queues"] and request.method == "GET":
@@ -168,17 +185,23 @@ def _number(value: str, name: str, low: int, high: int) -> int:
     return int(value)
 
 
-async def _body(request: web.BaseRequest, timeout_s: float = 30.0) -> bytes:
+async def _body(request: web.BaseRequest, timeout_s: float) -> bytes:
+    """The whole body, however it is split on the wire: read to its end (a `read(n)` alone
+    returns only what has arrived), within `timeout_s`, at most `wire.MAX_XML_BYTES`."""
     declared = request.content_length
     if declared is not None and declared > wire.MAX_XML_BYTES:
-        raise SmqError("InvalidArgument", "The request body is too large.")
+        raise SmqError("InvalidArgument", wire.TOO_LARGE)
+    chunks: list[bytes] = []
+    size = 0
     with anyio.move_on_after(timeout_s) as scope:
-        raw = await request.content.read(wire.MAX_XML_BYTES + 1)
+        while chunk := await request.content.read(_CHUNK):
+            size += len(chunk)
+            if size > wire.MAX_XML_BYTES:
+                raise SmqError("InvalidArgument", wire.TOO_LARGE)
+            chunks.append(chunk)
     if scope.cancelled_caught:
         raise SmqError("RequestTimeout", "The request body came too slowly.")
-    if len(raw) > wire.MAX_XML_BYTES:
-        raise SmqError("InvalidArgument", "The request body is too large.")
-    return raw
+    return b"".join(chunks)
 
 
 async def serve_smq(
@@ -187,10 +210,12 @@ async def serve_smq(
     host: str = "127.0.0.1",
     port: int = 0,
     credentials: Mapping[str, str] = DEFAULT_CREDENTIALS,
+    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
     task_status: TaskStatus[str] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve `engine` (its dialect must be SMQ's; None: a new one) until cancelled; reports
-    `http://<host>:<port>` through `task_status.started` once it accepts requests."""
+    `http://<host>:<port>` through `task_status.started` once it accepts requests. A request
+    body that has not arrived whole within `body_timeout_s` is refused (408)."""
     if engine is None:
         engine = MemoryEngine(LoopClock(), dialect=SMQ_DIALECT)
     if engine.dialect is not SMQ_DIALECT:
@@ -199,7 +224,8 @@ async def serve_smq(
         )
     backend = MemoryBackend(engine)
     bound = bind(host, port)
-    handler = _Handler(backend, credentials, None if bound.wildcard else bound.url)
+    base_url = None if bound.wildcard else bound.url
+    handler = _Handler(backend, credentials, base_url, body_timeout_s)
     await serve_until_cancelled(handler, bound, task_status, close=backend.aclose)
 
 
@@ -209,10 +235,16 @@ class SmqEndpoint(EngineEndpoint):
 
 @contextmanager
 def smq_endpoint_in_thread(
-    *, host: str = "127.0.0.1", port: int = 0, credentials: Mapping[str, str] = DEFAULT_CREDENTIALS
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    credentials: Mapping[str, str] = DEFAULT_CREDENTIALS,
+    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
 ) -> Iterator[SmqEndpoint]:
     """Run an endpoint over a new SMQ-dialect engine in a background thread; stopped on exit."""
     make_engine = functools.partial(MemoryEngine, LoopClock(), dialect=SMQ_DIALECT)
-    serve = functools.partial(serve_smq, host=host, port=port, credentials=credentials)
+    serve = functools.partial(
+        serve_smq, host=host, port=port, credentials=credentials, body_timeout_s=body_timeout_s
+    )
     with endpoint_in_thread(SmqEndpoint, make_engine, serve, name="smq-endpoint") as endpoint:
         yield endpoint

@@ -36,11 +36,13 @@ def authorization_problem(
 ) -> tuple[str, str] | None:
     """Why the request's signature is refused, as (code, message), or None when it is good.
     `credentials`: AccessKeyId -> AccessKeySecret."""
-    given = headers.get("authorization", "")
+    given = headers.get("authorization")
+    if given is None:
+        return "MissingAuthorizationHeader", "Authorization header is required."
     scheme, _, rest = given.partition(" ")
     key_id, _, signature = rest.partition(":")
     if scheme != "MNS" or not key_id or not signature:
-        return "AccessDenied", "The request carries no MNS Authorization header."
+        return "InvalidAuthorizationHeader", "The Authorization header format is invalid."
     secret = credentials.get(key_id)
     if secret is None:
         return "InvalidAccessKeyId", "The AccessKeyId is not known to this endpoint."

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "MAX_XML_BYTES",
+    "TOO_LARGE",
     "XMLNS",
     "SmqError",
     "children",
@@ -31,10 +32,13 @@ __all__ = [
 XMLNS = "http://mns.aliyuncs.com/doc/v1/"
 #: A request document holds at most 16 messages of 64 KiB, base64-encoded.
 MAX_XML_BYTES = 2 * 1024 * 1024
+#: The message of a body refused for its size (its rest is never read).
+TOO_LARGE = "The request body is too large."
 
 #: HTTP status per error code, as SMQ answers them.
 _STATUS = {
     "AccessDenied": 403,
+    "RequestTimeout": 408,
     "SignatureDoesNotMatch": 403,
     "InvalidAccessKeyId": 403,
     "QueueNotExist": 404,

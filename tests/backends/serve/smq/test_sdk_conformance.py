@@ -141,7 +141,7 @@ def test_errors_carry_code_message_request_id_and_host_id(endpoint: SmqEndpoint)
     answer = raised.value
     root = ET.fromstring(answer.read())
     fields = {child.tag.rpartition("}")[2]: child.text for child in root}
-    assert (answer.code, fields["Code"]) == (403, "AccessDenied")
+    assert (answer.code, fields["Code"]) == (400, "MissingAuthorizationHeader")
     assert fields["RequestId"] == answer.headers["x-mns-request-id"]
     assert fields["Message"] and fields["HostId"]
 
