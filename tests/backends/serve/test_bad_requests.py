@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -235,6 +236,27 @@ def test_a_stalled_body_is_refused_in_time() -> None:
     assert status == 408
     assert json.loads(body)["__type"] == "com.amazonaws.sqs#RequestTimeout"
     assert 0.25 <= took < 5.0
+
+
+def test_a_body_split_across_writes_is_read_whole(server: Server) -> None:
+    """The body in two writes 10 ms apart, in both protocols: each read to its end."""
+    cases = [
+        (json_head(b"AmazonSQS.GetQueueUrl", 20), b'{"QueueName":"jobs"}', b"QueueUrl"),
+        (
+            b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 35\r\n\r\n",
+            b"Action=GetQueueUrl&QueueName=jobs&X",
+            b"<QueueUrl>",
+        ),
+    ]
+    for head, body, expected in cases:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=WAIT_S) as sock:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.sendall(head + body[:7])
+            time.sleep(0.01)  # the second write, 10 ms later (part of the request)
+            sock.sendall(body[7:])
+            status, raw = read_answer(sock)
+        assert (status, expected in raw) == (200, True), raw
 
 
 async def _serve_with_short_timeout(*, task_status: Any) -> None:
