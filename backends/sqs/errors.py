@@ -19,7 +19,10 @@ After a call, the rules, in the order they are tried:
    - anything else -> `FatalBackendError`
 2. Missing or partial credentials -> `AccessDenied`.
 3. Timeouts, refused or reset connections (botocore's, aiohttp's, the OS's) ->
-   `TransientBackendError`; but a failed TLS validation is `FatalBackendError`.
+   `TransientBackendError`; but a failed TLS validation is `FatalBackendError`. An answer
+   that does not parse (`ResponseParserError`: a proxy's page, a cut body) is
+   `TransientBackendError` too: the next call may well be read, and a worker that stopped
+   on one garbled answer would stop for a glitch.
 4. Any other botocore error -> `FatalBackendError`.
 5. Anything else (our own `ValueError`, cancellation, bugs) is not mapped: `None`.
 
@@ -43,6 +46,7 @@ from botocore.exceptions import (
     SSLError,
 )
 from botocore.exceptions import ConnectionError as BotoConnectionError
+from botocore.parsers import ResponseParserError
 
 from worker.backend import Limits
 from worker.errors import (
@@ -153,6 +157,8 @@ def _class_for_exception(exc: BaseException) -> type[BackendError] | None:
         return AccessDenied
     if isinstance(exc, SSLError):
         return FatalBackendError
+    if isinstance(exc, ResponseParserError):
+        return TransientBackendError
     if isinstance(exc, BotoConnectionError | HTTPClientError | aiohttp.ClientError):
         return TransientBackendError
     if isinstance(exc, TimeoutError | ConnectionError):  # the builtin: reset, refused, aborted

@@ -13,10 +13,22 @@ good at. Rules this module keeps:
 - Every attempt is signed by botocore's `SigV4Auth` for the client's region and signing
   name (`backends.sqs.lean_signer`, which hands it a lighter request than botocore's
   `AWSRequest`), and sent to the client's endpoint URL.
+- The headers are botocore's for SQS: signed, content type, target and
+  `x-amzn-query-mode: true` (`backends.sqs.lean_signer`); unsigned, `amz-sdk-invocation-id`
+  (one per call) and `amz-sdk-request` (`attempt=N`, then `ttl`, `attempt` and `max` on a
+  retry, as botocore writes them), and the User-Agent.
 - Retries are botocore's standard mode (`backends.sqs.lean_retry`) with the settings'
-  attempts; what still fails is raised as botocore raises it (a `ClientError` shaped by
-  botocore's JSON parser, or botocore's transport exceptions, converted from aiohttp's as
-  aiobotocore converts them), so `backends.sqs.errors.map_error` maps both paths alike.
+  attempts; what still fails is raised as aiobotocore raises it: an error answer as the
+  client's own modelled class (`client.exceptions.from_code(Error.Code)`, so `except
+  client.exceptions.QueueDoesNotExist` catches it; `ClientError` for a code the model does
+  not name) carrying the answer botocore's JSON parser would make, or botocore's transport
+  exceptions, converted from aiohttp's as aiobotocore converts them; so
+  `backends.sqs.errors.map_error` maps both paths alike.
+- Answers, error or not, carry botocore's `ResponseMetadata` (RequestId, HTTPStatusCode,
+  HTTPHeaders, RetryAttempts). A 2xx body that is not a JSON object is botocore's
+  `ResponseParserError` (stricter than botocore: `backends.sqs.lean_wire`).
+- With tracing on, each call is one span with the attributes OpenTelemetry's botocore
+  instrumentation gives (`backends.sqs.lean_tracing`); with it off, no span and no cost.
 - One aiohttp session per transport: at most `max_pool_connections` connections, the
   settings' connect and read timeouts, proxies as botocore finds them (its config's, else
   the environment's), TLS verified against botocore's CA bundle (or the configured
@@ -28,6 +40,7 @@ from __future__ import annotations
 
 import socket
 import ssl
+import uuid
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -36,6 +49,8 @@ import aiohttp
 import anyio
 import botocore
 from aiobotocore._constants import DEFAULT_KEEPALIVE_TIMEOUT
+from botocore.compat import get_current_datetime
+from botocore.endpoint import Endpoint
 from botocore.exceptions import (
     ClientError,
     ConnectionClosedError,
@@ -52,7 +67,7 @@ from botocore.httpsession import ProxyConfiguration, get_cert_path, mask_proxy_u
 from botocore.parsers import ResponseParserError
 from botocore.utils import get_environ_proxies
 
-from backends.sqs import lean_wire
+from backends.sqs import lean_tracing, lean_wire
 from backends.sqs.lean_retry import StandardRetry
 from backends.sqs.lean_signer import RequestSigner
 from backends.sqs.settings import SqsSettings
@@ -140,9 +155,15 @@ class LeanTransport:
     ) -> None:
         meta = client.meta
         self._url = _request_url(meta.endpoint_url)
+        self._region: str = meta.region_name
         self._signer = RequestSigner(
-            self._url, meta.region_name, meta.service_model.signing_name or "sqs"
+            self._url,
+            meta.region_name,
+            meta.service_model.signing_name or "sqs",
+            query_compatible=bool(meta.service_model.is_query_compatible),
         )
+        self._exceptions = client.exceptions
+        self._read_timeout: float | None = meta.config.read_timeout
         self._credentials = _credentials(client)
         self._user_agent = _user_agent(client)
         self._session = session
@@ -177,12 +198,23 @@ class LeanTransport:
 
     async def call(self, operation: str, params: Mapping[str, Any]) -> dict[str, Any]:
         """One SQS call with botocore's retries; its answer as botocore would parse it."""
+        tracer = lean_tracing.tracer()
+        if tracer is None:
+            return await self._call(operation, params)
+        return await lean_tracing.traced(
+            tracer, operation, self._region, params, lambda: self._call(operation, params)
+        )
+
+    async def _call(self, operation: str, params: Mapping[str, Any]) -> dict[str, Any]:
         body = lean_wire.encode(params)
-        context: dict[str, Any] = {}
+        # The call's context, as botocore's endpoint keeps it: its retry handler writes
+        # `max` into `retries`, and gives quota back by what it recorded here.
+        retries: dict[str, Any] = {"attempt": 1, "invocation-id": str(uuid.uuid4())}
+        context: dict[str, Any] = {"retries": retries}
         attempt = 1
         while True:
             try:
-                status, headers, raw = await self._attempt(operation, body)
+                status, headers, raw = await self._attempt(operation, body, retries)
             except (BotoConnectionError, HTTPClientError) as exc:  # what _attempt raises
                 delay = await self._retry.delay(operation, attempt, context, exception=exc)
                 if delay is None:
@@ -190,17 +222,55 @@ class LeanTransport:
             else:
                 if status < 301:  # botocore's line between an answer and an error
                     self._retry.succeeded(context, status)
-                    return _answer(operation, raw)
+                    return self._answer(operation, status, headers, raw, attempt)
                 parsed = lean_wire.error_answer(status, headers, raw)
                 error = (status, headers, parsed)
                 delay = await self._retry.delay(operation, attempt, context, answer=error)
                 if delay is None:
-                    raise ClientError(parsed, operation)
+                    parsed["ResponseMetadata"]["RetryAttempts"] = attempt - 1
+                    code = parsed["Error"].get("Code")
+                    raise self._exceptions.from_code(code)(parsed, operation)
+                self._set_ttl(retries, headers)
             await anyio.sleep(delay)
             attempt += 1
+            retries["attempt"] = attempt
 
-    async def _attempt(self, operation: str, body: bytes) -> tuple[int, Mapping[str, str], bytes]:
+    def _answer(
+        self, operation: str, status: int, headers: Mapping[str, str], raw: bytes, attempt: int
+    ) -> dict[str, Any]:
+        try:
+            parsed = lean_wire.answer(operation, raw)
+        except ValueError as exc:
+            raise ResponseParserError(
+                f"{operation}: unreadable answer ({type(exc).__name__})"
+            ) from exc
+        metadata = parsed["ResponseMetadata"] = lean_wire.metadata(status, headers)
+        metadata["RetryAttempts"] = attempt - 1
+        if status >= 300:  # aiobotocore's line for raising: 300 is parsed, then raised
+            raise ClientError(parsed, operation)
+        return parsed
+
+    def _set_ttl(self, retries: dict[str, Any], headers: Mapping[str, str]) -> None:
+        """`ttl` for the next attempt's `amz-sdk-request`, from the answer's Date, as
+        botocore's endpoint sets it (it ignores a date it cannot read; so does this)."""
+        date = headers.get("Date")
+        if not date or self._read_timeout is None:
+            return
+        try:
+            retries["ttl"] = Endpoint._calculate_ttl(
+                None, get_current_datetime(), date, self._read_timeout
+            )
+        except Exception:  # botocore's own rule: a bad Date only loses the ttl
+            retries.pop("ttl", None)
+
+    async def _attempt(
+        self, operation: str, body: bytes, retries: Mapping[str, Any]
+    ) -> tuple[int, Mapping[str, str], bytes]:
         headers = await self._signed_headers(operation, body)
+        headers["amz-sdk-invocation-id"] = retries["invocation-id"]
+        headers["amz-sdk-request"] = "; ".join(
+            f"{key}={retries[key]}" for key in ("ttl", "attempt", "max") if key in retries
+        )
         try:
             async with self._session.post(
                 self._url, data=body, headers=headers, proxy=self._proxy
@@ -218,10 +288,3 @@ class LeanTransport:
         headers["User-Agent"] = self._user_agent
         headers["Accept-Encoding"] = "identity"
         return headers
-
-
-def _answer(operation: str, raw: bytes) -> dict[str, Any]:
-    try:
-        return lean_wire.answer(operation, raw)
-    except ValueError as exc:
-        raise ResponseParserError(f"{operation}: unreadable answer ({type(exc).__name__})") from exc

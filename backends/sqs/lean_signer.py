@@ -15,6 +15,9 @@ signer reads, its headers a plain dictionary, its body the bytes; and the signer
 - `headers_to_sign` selects what botocore's does: every header but botocore's unsigned
   ones (`SIGNED_HEADERS_BLACKLIST`), by lower-cased name, plus `host` as botocore derives it
   from the URL (asked of botocore's `headers_to_sign` once, at construction).
+- The signed headers are the ones botocore's JSON serialiser writes for SQS: content type,
+  target, and `x-amzn-query-mode: true` for a query-compatible service (SQS is one: it makes
+  the service answer its query-protocol error codes too, in `x-amzn-query-error`).
 - The headers of one request have distinct names (this module writes them all), which is
   what lets a dictionary stand for botocore's multi-valued map.
 - Tests compare every signed header with what `SigV4Auth` makes of the same request as an
@@ -82,10 +85,13 @@ class _SigV4(SigV4Auth):  # type: ignore[misc]  # botocore ships no type hints
 class RequestSigner:
     """Signed headers for SQS JSON calls posted to one URL, in one region."""
 
-    __slots__ = ("_host", "_region", "_signing_name", "_url")
+    __slots__ = ("_host", "_query_compatible", "_region", "_signing_name", "_url")
 
-    def __init__(self, url: str, region: str, signing_name: str) -> None:
+    def __init__(
+        self, url: str, region: str, signing_name: str, *, query_compatible: bool = True
+    ) -> None:
         self._url = url
+        self._query_compatible = query_compatible
         # botocore's own host header for this URL (lower-cased, default port left out),
         # derived once by its own header selection over an empty request.
         host = SigV4Auth(None, signing_name, region).headers_to_sign(AWSRequest(url=url))
@@ -97,14 +103,14 @@ class RequestSigner:
         self, credentials: ReadOnlyCredentials, operation: str, body: bytes
     ) -> dict[str, str]:
         """The headers of a call to `operation` with `body`, signed now with `credentials`
-        (frozen for this attempt): content type, target, date, token, authorization."""
-        request = _Request(
-            self._url,
-            {
-                "Content-Type": lean_wire.CONTENT_TYPE,
-                "X-Amz-Target": lean_wire.TARGET_PREFIX + operation,
-            },
-            body,
-        )
+        (frozen for this attempt): content type, target, query mode, date, token,
+        authorization."""
+        headers = {
+            "X-Amz-Target": lean_wire.TARGET_PREFIX + operation,
+            "Content-Type": lean_wire.CONTENT_TYPE,
+        }
+        if self._query_compatible:
+            headers["x-amzn-query-mode"] = "true"
+        request = _Request(self._url, headers, body)
         _SigV4(credentials, self._signing_name, self._region, self._host).add_auth(request)
         return request.headers

@@ -6,7 +6,14 @@ both into `worker.types` and `backends.sqs.errors` maps both failures. Rules thi
 - A request is `POST /` with `X-Amz-Target: AmazonSQS.<Operation>` and a JSON object body;
   blobs (a message attribute's `BinaryValue`) travel as base64, as botocore sends them.
 - An answer below 301 (botocore's line) is a JSON object (an empty body is `{}`); a
-  `ReceiveMessage` answer's `BinaryValue`s are decoded back to bytes, as botocore's are.
+  `ReceiveMessage` answer's `BinaryValue`s and `BinaryListValues` are decoded back to bytes,
+  as botocore's are. Stricter than botocore: a body that is not a JSON object is a
+  ValueError (botocore reads text that is not JSON as an empty answer, so a proxy's page or
+  a cut body would read as "no messages" or as a batch that neither succeeded nor failed,
+  and it fails on JSON that is not an object with an AttributeError from inside its parser).
+- Every answer, error or not, carries botocore's `ResponseMetadata`: `RequestId` (from
+  `x-amzn-requestid`, when there is one), `HTTPStatusCode`, `HTTPHeaders` (names
+  lower-cased); `RetryAttempts` is the caller's (`backends.sqs.lean`).
 - An answer from 301 on is an error shaped as botocore's JSON parser shapes it: `Error.Code` from
   `__type` (the part after `#`), or the HTTP status when there is none; `Error.Message` from
   `message` or `Message`; SQS's query-compatible code from the `x-amzn-query-error` header
@@ -27,7 +34,7 @@ from typing import Any
 
 from worker import jsonlib
 
-__all__ = ["CONTENT_TYPE", "TARGET_PREFIX", "answer", "encode", "error_answer"]
+__all__ = ["CONTENT_TYPE", "TARGET_PREFIX", "answer", "encode", "error_answer", "metadata"]
 
 CONTENT_TYPE = "application/x-amz-json-1.0"
 TARGET_PREFIX = "AmazonSQS."
@@ -71,10 +78,28 @@ def _decode_blobs(messages: list[dict[str, Any]]) -> None:
             binary = attribute.get("BinaryValue")
             if isinstance(binary, str):
                 attribute["BinaryValue"] = base64.b64decode(binary)
+            binaries = attribute.get("BinaryListValues")
+            if binaries:
+                attribute["BinaryListValues"] = [
+                    base64.b64decode(item) if isinstance(item, str) else item for item in binaries
+                ]
+
+
+def metadata(status: int, headers: Mapping[str, str]) -> dict[str, Any]:
+    """botocore's `ResponseMetadata` for an answer (without `RetryAttempts`)."""
+    lowered = {key.lower(): value for key, value in headers.items()}
+    found: dict[str, Any] = {}
+    request_id = lowered.get("x-amzn-requestid")
+    if request_id is not None:
+        found["RequestId"] = request_id
+    found["HTTPStatusCode"] = status
+    found["HTTPHeaders"] = lowered
+    return found
 
 
 def answer(operation: str, body: bytes) -> dict[str, Any]:
-    """A 2xx answer's body as botocore's parser would give it; ValueError if not an object."""
+    """A 2xx answer's body as botocore's parser would give it (without its metadata);
+    ValueError if it is not a JSON object."""
     parsed = _loads(body) if body else {}
     if not isinstance(parsed, dict):
         raise ValueError(f"{operation}: the answer is not a JSON object")
@@ -119,7 +144,4 @@ def error_answer(status: int, headers: Mapping[str, str], body: bytes) -> dict[s
         error = {"Code": str(status), "Message": http.client.responses.get(status, "")}
     else:
         error = _service_error(lowered, status, body)
-    metadata: dict[str, Any] = {"HTTPStatusCode": status, "HTTPHeaders": lowered}
-    if "x-amzn-requestid" in lowered:
-        metadata["RequestId"] = lowered["x-amzn-requestid"]
-    return {"Error": error, "ResponseMetadata": metadata}
+    return {"Error": error, "ResponseMetadata": metadata(status, lowered)}

@@ -1,5 +1,6 @@
 """The lean path's signed headers equal what botocore's `SigV4Auth` makes of the same call
-as botocore's own `AWSRequest`, header by header (the signature included), at one frozen
+as botocore's own `AWSRequest` with the headers botocore's serialiser writes (the
+query-mode header included), header by header (the signature included), at one frozen
 instant: with and without a session token, over HTTP and HTTPS, on a non-default port, an
 IPv6 host, an endpoint with a path, and bodies that are empty, not ASCII, or large."""
 
@@ -12,28 +13,28 @@ import pytest
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import ReadOnlyCredentials
+from botocore.serialize import create_serializer
+from botocore.session import get_session
 
-from backends.sqs import lean_wire
 from backends.sqs.lean import _request_url
 from backends.sqs.lean_signer import RequestSigner
 
 INSTANT = datetime.datetime(2026, 11, 24, 8, 30, 5)
 KEYS = ReadOnlyCredentials("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", None)
 SESSION = ReadOnlyCredentials("ASIAEXAMPLE", "secret", "FwoGZXIvYXdzEBYaDH//token+with/slashes=")
+_SQS = get_session().get_service_model("sqs")
 
 
 def botocores_headers(
     credentials: ReadOnlyCredentials, url: str, region: str, operation: str, body: bytes
 ) -> dict[str, str]:
-    request = AWSRequest(
-        method="POST",
-        url=url,
-        data=body,
-        headers={
-            "Content-Type": lean_wire.CONTENT_TYPE,
-            "X-Amz-Target": lean_wire.TARGET_PREFIX + operation,
-        },
+    """What botocore signs: the headers its own JSON serialiser writes for `operation`
+    (content type, target, `x-amzn-query-mode`), then `SigV4Auth` over an `AWSRequest`."""
+    model = _SQS.operation_model(operation)
+    serialized = create_serializer(_SQS.protocol, include_validation=False).serialize_to_request(
+        {"QueueUrl": "https://sqs.eu-west-1.amazonaws.com/1/q"}, model
     )
+    request = AWSRequest(method="POST", url=url, data=body, headers=serialized["headers"])
     SigV4Auth(credentials, "sqs", region).add_auth(request)
     return dict(request.headers.items())
 
@@ -65,9 +66,14 @@ RECEIVE = b'{"QueueUrl":"https://sqs.eu-west-1.amazonaws.com/1/q","MaxNumberOfMe
 def test_the_lean_signature_is_botocores(credentials: ReadOnlyCredentials, endpoint: str) -> None:
     lean, botocore = signed_both_ways(credentials, endpoint, RECEIVE)
     assert lean == botocore
-    assert set(lean) == {"Content-Type", "X-Amz-Target", "X-Amz-Date", "Authorization"} | (
-        {"X-Amz-Security-Token"} if credentials.token else set()
-    )
+    assert lean["x-amzn-query-mode"] == "true"
+    assert set(lean) == {
+        "Content-Type",
+        "X-Amz-Target",
+        "x-amzn-query-mode",
+        "X-Amz-Date",
+        "Authorization",
+    } | ({"X-Amz-Security-Token"} if credentials.token else set())
     assert lean["X-Amz-Date"] == "20261124T083005Z"
 
 
@@ -95,4 +101,4 @@ def test_the_signature_changes_with_what_it_covers() -> None:
     other_secret = signed_both_ways(secret, "http://127.0.0.1:9324", RECEIVE)[0]
     others = [other_body, other_region, other_port, other_secret]
     assert len({base, *(headers["Authorization"] for headers in others)}) == 5
-    assert "SignedHeaders=content-type;host;x-amz-date;x-amz-target," in base
+    assert "SignedHeaders=content-type;host;x-amz-date;x-amz-target;x-amzn-query-mode," in base
