@@ -16,6 +16,7 @@ from worker.config import WorkerConfig
 
 __all__ = [
     "BASE",
+    "DEBUG_CONSOLE",
     "DIRECTORIES",
     "EXAMPLE",
     "MARGIN_S",
@@ -31,7 +32,8 @@ __all__ = [
 ROOT = Path(__file__).resolve().parents[2]
 BASE = ROOT / "deploy" / "k8s" / "base"
 EXAMPLE = ROOT / "deploy" / "k8s" / "overlays" / "example"
-DIRECTORIES = {"base": BASE, "example": EXAMPLE}
+DEBUG_CONSOLE = ROOT / "deploy" / "k8s" / "overlays" / "debug-console"
+DIRECTORIES = {"base": BASE, "example": EXAMPLE, "debug-console": DEBUG_CONSOLE}
 
 #: Beyond the worker's own bound, terminationGracePeriodSeconds keeps this much for the
 #: interpreter's exit and the last log lines (deploy/README.md, "Drain").

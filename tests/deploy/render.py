@@ -10,22 +10,34 @@ renderer cannot quietly drift from kustomize; tests/deploy also compares its out
   list without a merge key such as `args`). A patch touching a built-in list that
   kustomize would merge by key (volumes, env, ports...) is refused;
 - `images`: `name` with `newName`, `newTag` and/or `digest`, on the pod templates' containers;
-- `namespace`: set on every namespaced resource.
+- `namespace`: set on every namespaced resource;
+- `configMapGenerator`: `name`, `envs` (KEY=VALUE files, `#` comments), `options.labels`,
+  and `behavior: merge` over a generator of a kustomization below. The ConfigMap is named
+  `NAME-<hash>` with kustomize's own hash of its content (`configmap_hash`), and the pod
+  templates' references to NAME (`envFrom`, `volumes`) follow the new name.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-__all__ = ["Resource", "render"]
+__all__ = ["Resource", "configmap_hash", "render"]
 
 Resource = dict[str, Any]
 
-_FIELDS = frozenset({"apiVersion", "kind", "resources", "namespace", "images", "patches"})
+_FIELDS = frozenset(
+    {"apiVersion", "kind", "resources", "namespace", "images", "patches", "configMapGenerator"}
+)
+_GENERATOR_FIELDS = frozenset({"name", "envs", "options", "behavior"})
+#: Marks a generated ConfigMap until the top-level render names it (kustomize adds the
+#: hash suffix once every overlay's merge is done).
+_GENERATED = "__generated__"
 #: Lists a strategic merge patch merges by key in built-in types; only `containers` is done.
 _MERGED_BY_KEY = frozenset(
     {"initContainers", "volumes", "env", "ports", "volumeMounts", "imagePullSecrets"}
@@ -35,6 +47,32 @@ _CLUSTER_SCOPED = frozenset({"Namespace", "ClusterRole", "ClusterRoleBinding"})
 
 def render(directory: Path) -> list[Resource]:
     """The resources `kustomize build directory` would print (in file order)."""
+    resources = _build(directory)
+    for resource in resources:
+        if resource.pop(_GENERATED, False):
+            _name_by_content(resources, resource)
+    return resources
+
+
+def configmap_hash(resource: Resource) -> str:
+    """kustomize's name suffix for a ConfigMap (api/hasher): the SHA-256 of Go's JSON of
+    {data, kind, name}, keys sorted, HTML characters escaped; its first 10 hex digits with
+    0, 1, 3, a, e replaced so that no suffix spells a word. The name hashed is always ""
+    (kustomize looks up `metadata/name` as one field, which no ConfigMap has): two
+    ConfigMaps with the same data get the same suffix."""
+    encoded = json.dumps(
+        {"data": resource.get("data", {}), "kind": "ConfigMap", "name": ""},
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+    for char, escape in (("&", "\\u0026"), ("<", "\\u003c"), (">", "\\u003e")):
+        encoded = encoded.replace(char, escape)  # Go's json.Marshal escapes HTML characters
+    digest = hashlib.sha256(encoded.encode()).hexdigest()[:10]
+    return digest.translate(str.maketrans("013ae", "ghkmt"))
+
+
+def _build(directory: Path) -> list[Resource]:
     kustomization = _load_one(directory / "kustomization.yaml")
     unknown = set(kustomization) - _FIELDS
     if unknown:
@@ -42,7 +80,9 @@ def render(directory: Path) -> list[Resource]:
     resources: list[Resource] = []
     for entry in kustomization.get("resources", []):
         path = directory / entry
-        resources += render(path) if path.is_dir() else _load_all(path)
+        resources += _build(path) if path.is_dir() else _load_all(path)
+    for generator in kustomization.get("configMapGenerator", []):
+        _generate(directory, resources, generator)
     for patch in kustomization.get("patches", []):
         if set(patch) != {"path"}:
             raise ValueError(f"{directory}: only `- path: FILE` patches are rendered: {patch}")
@@ -55,6 +95,70 @@ def render(directory: Path) -> list[Resource]:
             if resource["kind"] not in _CLUSTER_SCOPED:
                 resource["metadata"]["namespace"] = namespace
     return resources
+
+
+def _generate(directory: Path, resources: list[Resource], generator: Resource) -> None:
+    unknown = set(generator) - _GENERATOR_FIELDS
+    if unknown or set(generator.get("options", {})) - {"labels"}:
+        raise ValueError(f"{directory}: configMapGenerator fields not rendered here: {generator}")
+    data: dict[str, str] = {}
+    for env in generator.get("envs", []):
+        data.update(_read_env(directory / env))
+    behavior = generator.get("behavior", "create")
+    if behavior == "merge":
+        (base,) = [
+            r for r in resources if r.get(_GENERATED) and r["metadata"]["name"] == generator["name"]
+        ]
+        base["data"] = {**base["data"], **data}
+        base["metadata"].setdefault("labels", {}).update(
+            generator.get("options", {}).get("labels", {})
+        )
+        return
+    if behavior != "create":
+        raise ValueError(f"{directory}: configMapGenerator behavior {behavior!r} not rendered here")
+    metadata: dict[str, Any] = {"name": generator["name"]}
+    labels = generator.get("options", {}).get("labels")
+    if labels:
+        metadata["labels"] = dict(labels)
+    resources.append(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": metadata,
+            "data": data,
+            _GENERATED: True,
+        }
+    )
+
+
+def _read_env(path: Path) -> dict[str, str]:
+    """kustomize's env file: KEY=VALUE lines, the value as written; `#` lines and blank
+    lines skipped."""
+    data: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            raise ValueError(f"{path}: {line!r} is not KEY=VALUE")
+        data[key.strip()] = value
+    return data
+
+
+def _name_by_content(resources: list[Resource], configmap: Resource) -> None:
+    old = configmap["metadata"]["name"]
+    new = f"{old}-{configmap_hash(configmap)}"
+    configmap["metadata"]["name"] = new
+    for resource in resources:
+        template = resource.get("spec", {}).get("template", {}).get("spec", {})
+        for container in template.get("containers", []):
+            for source in container.get("envFrom", []):
+                reference = source.get("configMapRef", {})
+                if reference.get("name") == old:
+                    reference["name"] = new
+        for volume in template.get("volumes", []):
+            if volume.get("configMap", {}).get("name") == old:
+                volume["configMap"]["name"] = new
 
 
 def _load_all(path: Path) -> list[Resource]:

@@ -1,0 +1,108 @@
+"""The kit in a cluster nobody trusts (issue 29): the console off except in the debugging
+overlay, a NetworkPolicy that lets only the monitoring namespace reach the ops port, and a
+settings change that rolls the pods (the ConfigMap's name is a hash of its content).
+
+What `kubectl kustomize` prints is checked where kubectl is installed, else what
+tests/deploy/render.py renders (test_manifests.py holds the two equal).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.deploy.kit import (
+    BASE,
+    DEBUG_CONSOLE,
+    DIRECTORIES,
+    EXAMPLE,
+    config_data,
+    one,
+    worker_container,
+)
+from tests.deploy.render import Resource, configmap_hash, render
+
+
+def kustomized(directory: Path) -> list[Resource]:
+    """`kubectl kustomize directory` where kubectl exists; tests/deploy's renderer else."""
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        return render(directory)
+    output = subprocess.run(
+        [kubectl, "kustomize", str(directory)], capture_output=True, text=True, timeout=60
+    )
+    assert output.returncode == 0, output.stderr
+    return [doc for doc in yaml.safe_load_all(output.stdout) if doc]
+
+
+@pytest.mark.parametrize("name", ["base", "example"])
+def test_the_console_is_off_and_a_network_policy_guards_the_ops_port(name: str) -> None:
+    resources = kustomized(DIRECTORIES[name])
+    data = config_data(resources)
+    # 0.0.0.0 turns the listener's loopback Host check off: the console must be off too.
+    assert data["LEASE_WORKER_OPS_ADDR"] == "0.0.0.0"
+    assert data["LEASE_WORKER_NO_CONSOLE"] == "true"
+    assert "LEASE_WORKER_CONSOLE_BODIES" not in data
+    assert "LEASE_WORKER_CONSOLE_TOKEN" not in data
+    policy = one(resources, "NetworkPolicy")["spec"]
+    labels = one(resources, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert policy["podSelector"]["matchLabels"].items() <= labels.items()
+    assert policy["policyTypes"] == ["Ingress"]
+    # One way in: from the monitoring namespace, to the port the probes and Prometheus use.
+    assert policy["ingress"] == [
+        {
+            "from": [
+                {
+                    "namespaceSelector": {
+                        "matchLabels": {"kubernetes.io/metadata.name": "monitoring"}
+                    }
+                }
+            ],
+            "ports": [{"port": "ops", "protocol": "TCP"}],
+        }
+    ]
+    (port,) = worker_container(resources)["ports"]
+    assert port["name"] == "ops"
+
+
+def test_the_debugging_overlay_is_the_example_with_the_console_on() -> None:
+    example, debug = kustomized(EXAMPLE), kustomized(DEBUG_CONSOLE)
+    assert config_data(debug) == {**config_data(example), "LEASE_WORKER_NO_CONSOLE": "false"}
+    # Bodies and the redrive API stay off; the NetworkPolicy stays; nothing else changes
+    # but the ConfigMap's name, which the pods follow (so applying it rolls them).
+    for resource in (*example, *debug):
+        if resource["kind"] == "ConfigMap":
+            resource.pop("data")
+            resource["metadata"].pop("name")
+        if resource["kind"] == "Deployment":
+            worker_container([resource])  # one worker container
+            for container in resource["spec"]["template"]["spec"]["containers"]:
+                container["envFrom"][0]["configMapRef"].pop("name")
+    assert sorted(map(str, example)) == sorted(map(str, debug))
+
+
+def test_a_settings_change_renames_the_configmap_and_so_rolls_the_pods(tmp_path: Path) -> None:
+    copy = tmp_path / "base"
+    shutil.copytree(BASE, copy)
+    env = copy / "worker.env"
+    env.write_text(env.read_text().replace("LEASE_WORKER_GRACE_S=30", "LEASE_WORKER_GRACE_S=31"))
+    before, after = kustomized(BASE), kustomized(copy)
+    names = [one(r, "ConfigMap")["metadata"]["name"] for r in (before, after)]
+    assert names[0] != names[1]
+    for resources, name in zip((before, after), names, strict=True):
+        assert name.startswith("lease-worker-")
+        (source,) = worker_container(resources)["envFrom"]
+        assert source["configMapRef"]["name"] == name
+    templates = [one(r, "Deployment")["spec"]["template"] for r in (before, after)]
+    assert templates[0] != templates[1]  # a new pod template: the Deployment rolls
+
+
+def test_the_configmap_hash_is_kustomizes() -> None:
+    # `kubectl kustomize` (kustomize v5.5.0) names a generator of A=1 `x-89g4tffbfk`.
+    assert configmap_hash({"metadata": {"name": "x"}, "data": {"A": "1"}}) == "89g4tffbfk"
+    assert configmap_hash({"metadata": {"name": "y"}, "data": {"A": "1"}}) == "89g4tffbfk"
+    assert configmap_hash({"metadata": {"name": "x"}, "data": {"A": "2"}}) != "89g4tffbfk"
