@@ -9,7 +9,10 @@ The rules kept:
   for ReceiptHandleIsInvalid, InvalidAddress and ResourceNotFoundException; 500 for faults of
   this server). The JSON protocol answers `{"__type": "com.amazonaws.sqs#<Shape>",
   "message": ...}` with `x-amzn-query-error: <legacy code>;Sender|Receiver` (from which SDKs
-  take the legacy code); the query protocol an `ErrorResponse` with the legacy code.
+  take the legacy code); the query protocol an `ErrorResponse` with the legacy code. The
+  common errors without a shape in the model are named as AWS names them over JSON:
+  `InvalidParameterValueException` (legacy `InvalidParameterValue`) and
+  `MissingRequiredParameterException` (legacy `MissingParameter`).
 - An unknown operation is `UnknownOperationException` over JSON and `InvalidAction` over
   query, as AWS answers them. Requests refused before they are read are 413
   (`RequestEntityTooLarge`) and 408 (`RequestTimeout`).
@@ -51,6 +54,10 @@ _ERRORS: Mapping[str, tuple[str, str, int]] = {
         400,
     ),
     "UnsupportedOperation": ("UnsupportedOperation", legacy_code("UnsupportedOperation"), 400),
+    # Common errors SQS's model has no shape for: the JSON protocol names them so (AWS's own
+    # answers, recorded against SQS by LocalStack's validated snapshots), the legacy code stays.
+    "InvalidParameterValue": ("InvalidParameterValueException", "InvalidParameterValue", 400),
+    "MissingParameter": ("MissingRequiredParameterException", "MissingParameter", 400),
     "InvalidAddress": ("InvalidAddress", "InvalidAddress", 404),
     "InvalidSecurity": ("InvalidSecurity", legacy_code("InvalidSecurity"), 403),
     "RequestThrottled": ("RequestThrottled", "RequestThrottled", 403),

@@ -155,7 +155,9 @@ def test_create_queue_compares_only_the_attributes_given(sqs: Any) -> None:
 def test_create_queue_refusals(sqs: Any, name: str, attributes: dict[str, str], code: str) -> None:
     with pytest.raises(ClientError) as caught:
         sqs.create_queue(QueueName=name, Attributes=attributes)
-    assert error_of(caught) == (code, code, 400)
+    # botocore's QueryErrorCode is the `__type` shape; AWS names InvalidParameterValue's so.
+    shape = {"InvalidParameterValue": "InvalidParameterValueException"}.get(code, code)
+    assert error_of(caught) == (code, shape, 400)
 
 
 def test_queue_attributes(sqs: Any) -> None:
@@ -471,7 +473,7 @@ def test_fifo_through_the_wire(sqs: Any) -> None:
     assert again["MessageId"] == sent[0]["MessageId"]
     with pytest.raises(ClientError) as caught:
         sqs.send_message(QueueUrl=url, MessageBody="x")
-    assert error_of(caught)[0] == "MissingParameter"
+    assert error_of(caught) == ("MissingParameter", "MissingRequiredParameterException", 400)
 
     [first] = sqs.receive_message(QueueUrl=url, AttributeNames=["All"])["Messages"]
     assert first["Body"] == "a"
@@ -527,8 +529,10 @@ def post(url: str, target: str | None, body: bytes) -> tuple[int, dict[str, str]
     [
         ("GetQueueUrl", b'{"QueueName": "nope"}', 400, "QueueDoesNotExist",
          "AWS.SimpleQueueService.NonExistentQueue;Sender"),
-        ("SendMessage", b'{"MessageBody": "m"}', 400, "MissingParameter",
+        ("SendMessage", b'{"MessageBody": "m"}', 400, "MissingRequiredParameterException",
          "MissingParameter;Sender"),
+        ("ListQueues", b'{"MaxResults": 0}', 400, "InvalidParameterValueException",
+         "InvalidParameterValue;Sender"),
         ("SendMessage", b'{"QueueUrl": "q", "MessageBody": "m"}', 404, "InvalidAddress",
          "InvalidAddress;Sender"),
         ("ListQueues", b"[]", 400, "SerializationException", "SerializationException;Sender"),
