@@ -24,6 +24,10 @@ Messages
   whose total passes the dialect's largest fails whole (`BatchRequestTooLong`), but a single
   SendMessage is judged as one entry (`MemoryEngine.send_problem`), as SQS judges it.
 
+Receives
+- A FIFO receive's ReceiveRequestAttemptId is 1-128 characters of ASCII letters, digits and
+  punctuation (`InvalidParameterValue`), as SQS documents it; standard queues ignore it.
+
 Batches
 - Send, change-visibility and delete take 1-10 entries with distinct, valid ids, else the
   whole call fails (`FatalBackendError`, SQS's code). A receive takes 1-10.
@@ -55,6 +59,7 @@ from worker.types import OutgoingMessage
 __all__ = [
     "SQS_DIALECT",
     "Dialect",
+    "attempt_id_problem",
     "check_attributes",
     "check_batch",
     "check_queue_name",
@@ -143,6 +148,17 @@ def check_receive(queue: str, max_messages: int, visibility_s: int, dialect: Dia
         fail(operation, queue, "InvalidParameterValue", f"MaxNumberOfMessages={max_messages}")
     if not dialect.min_visibility_s <= visibility_s <= dialect.max_visibility_s:
         fail(operation, queue, "InvalidParameterValue", f"VisibilityTimeout={visibility_s}")
+
+
+def attempt_id_problem(attempt_id: str) -> tuple[str, str] | None:
+    """Why SQS would refuse this ReceiveRequestAttemptId of a FIFO receive, or None."""
+    if _FIFO_ID.match(attempt_id):
+        return None
+    return (
+        "InvalidParameterValue",
+        "Value for parameter ReceiveRequestAttemptId is invalid. Reason: it is 1-128 "
+        "characters of letters, digits and punctuation.",
+    )
 
 
 def visibility_problem(visibility_s: int, dialect: Dialect) -> tuple[str, str] | None:

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from backends.memory import MemoryBackend
+from backends.memory.rules import attempt_id_problem
 from backends.serve.sqs import errors as wire_errors
 from backends.serve.sqs import members as wire_members
 from backends.serve.sqs import messages as wire_messages
@@ -249,6 +250,11 @@ class SqsService:
             kept = self._engine.kept_attributes(name)
             wait_s = int(kept.get("ReceiveMessageWaitTimeSeconds", 0))
         most = wire_members.integer(params, "MaxNumberOfMessages")
+        attempt_id = wire_members.string(params, "ReceiveRequestAttemptId")
+        if attempt_id is not None and QueueSpec(name).fifo:
+            problem = attempt_id_problem(attempt_id)
+            if problem is not None:
+                raise SqsError(*problem)
         system = wire_messages.system_attribute_filter(params)
         user = wire_messages.message_attribute_filter(params)
         messages = await self._backend.receive_attempt(
@@ -256,7 +262,7 @@ class SqsService:
             max_messages=1 if most is None else most,
             wait_s=wait_s,
             visibility_s=wire_members.integer(params, "VisibilityTimeout"),
-            attempt_id=wire_members.string(params, "ReceiveRequestAttemptId"),
+            attempt_id=attempt_id,
         )
         if not messages:
             return {}

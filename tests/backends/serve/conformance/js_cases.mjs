@@ -117,6 +117,12 @@ const cases = {
     const first = await send(sqs.ReceiveMessageCommand, input);
     const again = await send(sqs.ReceiveMessageCommand, input);
     check(first.Messages[0].ReceiptHandle === again.Messages[0].ReceiptHandle, [first, again]);
+    const long = await errorOf(
+      send(sqs.ReceiveMessageCommand, { QueueUrl, ReceiveRequestAttemptId: "a".repeat(129) }),
+    );
+    check(long?.[0] === "InvalidParameterValue" && long[1] === 400, long);
+    const missing = await errorOf(send(sqs.SendMessageCommand, { QueueUrl, MessageBody: "b" }));
+    check(missing?.[0] === "MissingParameter" && missing[1] === 400, missing);
   },
   async tags() {
     const { QueueUrl } = await send(sqs.CreateQueueCommand, {

@@ -231,6 +231,20 @@ def test_fifo(sqs: Any, name: str) -> None:
     assert error(sqs.send_message, QueueUrl=url, MessageBody="c") == ("MissingParameter", 400)
 
 
+@pytest.mark.parametrize("attempt", ["a" * 129, "", "two words", "caf\u00e9"])
+def test_a_fifo_receive_attempt_id_is_1_to_128_printable_ascii(
+    sqs: Any, name: str, attempt: str
+) -> None:
+    attributes = {"FifoQueue": "true", "ContentBasedDeduplication": "true"}
+    url = sqs.create_queue(QueueName=f"{name}.fifo", Attributes=attributes)["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="a", MessageGroupId="g")
+    refused = error(sqs.receive_message, QueueUrl=url, ReceiveRequestAttemptId=attempt)
+    assert refused == ("InvalidParameterValue", 400)
+    longest = "!~" * 64  # 128 characters, the first and last printable ASCII
+    [got] = sqs.receive_message(QueueUrl=url, ReceiveRequestAttemptId=longest)["Messages"]
+    assert got["Body"] == "a"
+
+
 def test_trace_header(sqs: Any, name: str) -> None:
     url = sqs.create_queue(QueueName=name)["QueueUrl"]
     trace = "Root=1-5759e988-bd862e3fe1be46a994272793;Sampled=1"
