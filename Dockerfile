@@ -1,7 +1,10 @@
 # syntax=docker/dockerfile:1
 #
 # lease-worker: a slim, non-root image. Build from the repository root:
+#   scripts/image                      (docker or podman, whichever works here)
 #   docker build -t lease-worker:0.1.0 .
+# Reproducible: every package comes in at the exact version constraints.txt pins (the
+# versions the tests ran with; scripts/lock writes it), the build backend included.
 # Your application goes in /app (the working directory, on the import path): either add
 #   COPY --chown=0:0 your_package/ /app/your_package/
 # to the final stage, or install it as a package in the build stage (see below). Then run
@@ -14,18 +17,21 @@
 # (not resolvable where this file was written: no registry access).
 
 FROM python:3.11.15-slim-bookworm AS build
+# PIP_CONSTRAINT reaches pip's isolated build of the wheel too: setuptools is pinned there.
 ENV PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_CONSTRAINT=/src/constraints.txt
 WORKDIR /src
 RUN python -m venv /opt/venv
-COPY pyproject.toml README.md LICENSE ./
+COPY pyproject.toml README.md LICENSE constraints.txt ./
 COPY worker/ worker/
 COPY backends/ backends/
 # Your own package joins the same environment: copy it here and name it in the install
-# line (COPY your_package/ your_package/, then `pip install . ./your_package`).
+# line (COPY your_package/ your_package/, then `pip install . ./your_package`); pin its
+# dependencies in constraints.txt too, or the build takes whatever is newest that day.
 # Every dependency ships wheels for CPython 3.11 on Linux: no compiler is needed here either.
 # pip and setuptools leave the environment once it is built: nothing installs at run time.
-RUN /opt/venv/bin/pip install . \
+RUN /opt/venv/bin/pip install --constraint constraints.txt . \
     && /opt/venv/bin/pip uninstall --yes pip setuptools \
     && /opt/venv/bin/python -m compileall -q /opt/venv/lib
 

@@ -7,11 +7,17 @@ user that is the Deployment's, `lease-worker` as the entrypoint, and no secrets.
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
 import json
 import re
+import subprocess
 import tomllib
+from pathlib import Path
+from typing import Any
 
 import pytest
+from packaging.utils import canonicalize_name
 
 from tests.deploy.kit import BASE, ROOT, config_data, pod_spec, rendered, worker_container
 
@@ -141,3 +147,75 @@ def test_the_parser_reads_continuations_and_stages() -> None:
         [("FROM", "a:1.2.3 AS x"), ("RUN", "one two")],
         [("FROM", "a:1.2.3"), ("USER", "1:1")],
     ]
+
+
+def _lock_script() -> Any:
+    path = str(ROOT / "scripts" / "lock")
+    loader = importlib.machinery.SourceFileLoader("lock_script", path)
+    spec = importlib.util.spec_from_file_location(loader.name, path, loader=loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+def test_the_build_installs_the_locked_versions() -> None:
+    build = _stages()[0]
+    assert "PIP_CONSTRAINT=/src/constraints.txt" in " ".join(_all(build, "ENV"))
+    assert _all(build, "WORKDIR") == ["/src"]
+    assert any("constraints.txt" in copy.split()[:-1] for copy in _all(build, "COPY"))
+    (install,) = [run for run in _all(build, "RUN") if "pip install" in run]
+    assert "pip install --constraint constraints.txt ." in install
+
+
+def test_the_lock_pins_every_package_the_image_installs() -> None:
+    """Every package of the runtime dependencies' closure (and the build backend) is pinned
+    to one exact version, which satisfies what pyproject.toml asks for; nothing else is."""
+    lock = _lock_script()
+    lines = [
+        line for line in (ROOT / "constraints.txt").read_text().splitlines() if line[:1] != "#"
+    ]
+    pins = dict(line.split("==") for line in lines)
+    assert all(re.fullmatch(r"[a-z0-9-]+", name) for name in pins), pins
+    assert sorted(pins) == sorted(lock.closure(lock.roots()))
+    for requirement in lock.roots():
+        version = pins[canonicalize_name(requirement.name)]
+        assert requirement.specifier.contains(version), (requirement, version)
+
+
+def _fake_engine(directory: Path, name: str, *, info_ok: bool) -> Path:
+    calls = directory / f"{name}.calls"
+    script = directory / name
+    script.write_text(
+        "#!/bin/sh\n"
+        f'echo "$*" >> {calls}\n'
+        f'if [ "$1" = info ]; then exit {0 if info_ok else 1}; fi\n'
+        'if [ "$1" = image ]; then echo sha256:1234; fi\n'
+    )
+    script.chmod(0o755)
+    return calls
+
+
+@pytest.mark.parametrize(("engine_env", "expected"), [(None, "podman"), ("docker", "docker")])
+def test_scripts_image_builds_with_docker_or_podman(
+    tmp_path: Path, engine_env: str | None, expected: str
+) -> None:
+    # A docker whose daemon does not answer, and a podman: without a choice, podman builds.
+    calls = {
+        "docker": _fake_engine(tmp_path, "docker", info_ok=False),
+        "podman": _fake_engine(tmp_path, "podman", info_ok=True),
+    }
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin"}
+    if engine_env:
+        env["CONTAINER_ENGINE"] = engine_env
+    run = subprocess.run(
+        [str(ROOT / "scripts" / "image")], env=env, capture_output=True, text=True, timeout=30
+    )
+    assert run.returncode == 0, run.stderr
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    build = f"build --file {ROOT}/Dockerfile --tag lease-worker:{version} {ROOT}"
+    inspect = "image inspect --format {{.Id}} lease-worker:" + version
+    assert calls[expected].read_text().splitlines()[-2:] == [build, inspect]
+    assert run.stdout.splitlines()[-1] == "sha256:1234"
+    other = calls["docker" if expected == "podman" else "podman"]
+    assert "build" not in (other.read_text() if other.exists() else "")
