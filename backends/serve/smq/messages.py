@@ -18,6 +18,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
 
 from backends.memory import MemoryBackend
+from backends.serve.echo import bounded
 from backends.serve.smq import wire
 from backends.serve.smq.wire import SmqError
 from worker.types import Deletion, OutgoingMessage, ReceivedMessage, VisibilityChange
@@ -69,7 +70,8 @@ class MessageCalls:
                     {"MessageId": result.message_ids[message.entry_id], "MessageBodyMD5": md5}
                 )
             else:
-                rows.append({"ErrorCode": smq_code(failure.code), "ErrorMessage": failure.message})
+                code, text = smq_code(failure.code), bounded(failure.message)
+                rows.append({"ErrorCode": code, "ErrorMessage": text})
         if not batch:
             if failures:
                 raise SmqError(str(rows[0]["ErrorCode"]), str(rows[0]["ErrorMessage"]))
@@ -115,8 +117,8 @@ class MessageCalls:
         rows = [
             {
                 "ErrorCode": smq_code(f.code),
-                "ErrorMessage": f.message,
-                "ReceiptHandle": handles[int(f.entry_id)],
+                "ErrorMessage": bounded(f.message),
+                "ReceiptHandle": bounded(handles[int(f.entry_id)]),
             }
             for f in result.failed
         ]

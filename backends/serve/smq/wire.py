@@ -7,6 +7,8 @@ Rules:
   else unreadable is `SmqError("MalformedXML")`.
 - An error is `<Error>` with Code, Message, RequestId and HostId; a batch delete's partial
   failure is `<Errors>` with one `<Error>` (ErrorCode, ErrorMessage, ReceiptHandle) each.
+  Whatever of the request an error repeats (a name in a message, a refused handle) is at
+  most `backends.serve.echo.MAX_ECHO_CHARS` long.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+
+from backends.serve.echo import bounded
 
 __all__ = [
     "MAX_XML_BYTES",
@@ -82,10 +86,8 @@ def list_document(
 
 
 def error_document(error: SmqError, request_id: str, host_id: str) -> bytes:
-    return document(
-        "Error",
-        {"Code": error.code, "Message": error.message, "RequestId": request_id, "HostId": host_id},
-    )
+    fields = {"Code": error.code, "Message": bounded(error.message)}
+    return document("Error", {**fields, "RequestId": request_id, "HostId": bounded(host_id)})
 
 
 def parse(raw: bytes, root: str, *others: str) -> ET.Element:

@@ -13,6 +13,8 @@ The rules kept:
   common errors without a shape in the model are named as AWS names them over JSON:
   `InvalidParameterValueException` (legacy `InvalidParameterValue`) and
   `MissingRequiredParameterException` (legacy `MissingParameter`).
+- A message repeats at most `backends.serve.echo.MAX_ECHO_CHARS` of the request, whole calls
+  and batch entries alike (`bounded`).
 - An unknown operation is `UnknownOperationException` over JSON and `InvalidAction` over
   query, as AWS answers them. Requests refused before they are read are 413
   (`RequestEntityTooLarge`) and 408 (`RequestTimeout`).
@@ -24,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from backends.serve.echo import bounded
 from worker.errors import BackendError, FatalBackendError, OverLimit
 from worker.rules import bare_code, legacy_code
 from worker.types import EntryFailure
@@ -75,6 +78,8 @@ class SqsError(Exception):
     """A whole call refused: `code` in SQS's legacy spelling, `sender_fault` for 4xx."""
 
     def __init__(self, code: str, message: str, *, sender_fault: bool = True) -> None:
+        # A message may quote the request (a queue URL, a name): bounded, never the input whole.
+        message = bounded(message)
         super().__init__(message)
         self.code = code
         self.message = message
@@ -122,5 +127,5 @@ def entry_failure_to_wire(failure: EntryFailure) -> dict[str, Any]:
         "Id": failure.entry_id,
         "SenderFault": failure.sender_fault,
         "Code": failure.code,
-        "Message": failure.message,
+        "Message": bounded(failure.message),
     }

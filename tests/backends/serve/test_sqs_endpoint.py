@@ -14,6 +14,7 @@ import json
 import struct
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager
@@ -698,3 +699,28 @@ def test_stats_count_requests_by_operation(sqs: Any, endpoint: SqsEndpoint) -> N
     with urllib.request.urlopen(f"{endpoint.url}/_stats", timeout=10) as answer:
         stats = json.load(answer)
     assert stats["requests"] == {"CreateQueue": 1, "SendMessage": 2, "GetQueueUrl": 1}
+
+
+def test_an_error_repeats_little_of_a_large_bad_input(endpoint: SqsEndpoint) -> None:
+    """A 1 MiB queue URL, queue name and attribute name, refused in both protocols and in a
+    batch entry: each answer is the right error and a few KiB, not the input again."""
+    huge = "a" * (1024 * 1024)
+    body = json.dumps({"QueueUrl": huge, "MessageBody": "m"}).encode()
+    status, _, raw = post(endpoint.url, "SendMessage", body)
+    assert (status, json.loads(raw)["__type"]) == (404, "com.amazonaws.sqs#InvalidAddress")
+    assert len(raw) < 2048
+    form = urllib.parse.urlencode({"Action": "GetQueueUrl", "QueueName": huge}).encode()
+    status, _, raw = post(endpoint.url, None, form)
+    assert status == 400 and b"<Code>AWS.SimpleQueueService.NonExistentQueue</Code>" in raw
+    assert len(raw) < 2048
+    queue = json.loads(post(endpoint.url, "CreateQueue", b'{"QueueName": "echo"}')[2])
+    entry = {
+        "Id": "e",
+        "MessageBody": "m",
+        "MessageAttributes": {huge: {"DataType": "String", "StringValue": "v"}},
+    }
+    batch = json.dumps({**queue, "Entries": [entry]}).encode()
+    status, _, raw = post(endpoint.url, "SendMessageBatch", batch)
+    [failed] = json.loads(raw)["Failed"]
+    assert (status, failed["Id"], failed["Code"]) == (200, "e", "InvalidParameterValue")
+    assert len(raw) < 2048

@@ -124,3 +124,27 @@ def test_a_malformed_authorization_header_gets_400_invalid_authorization_header(
         sock.sendall(head)
         status, raw = _answer(sock)
     assert (status, _fields(raw)["Code"]) == (400, "InvalidAuthorizationHeader")
+
+
+def _call(
+    endpoint: SmqEndpoint, method: str, resource: str, body: bytes = b""
+) -> tuple[int, bytes]:
+    with socket.create_connection(("127.0.0.1", _port(endpoint)), timeout=WAIT_S) as sock:
+        sock.sendall(_signed_head(endpoint, method, resource, body) + body)
+        return _answer(sock)
+
+
+def test_an_error_repeats_little_of_a_large_bad_input(endpoint: SmqEndpoint) -> None:
+    """A 7,000-character queue name, and a batch delete of 16 handles of 64 KiB each: the
+    answers are the right errors, a few KiB each, not the input again."""
+    status, raw = _call(endpoint, "PUT", "/queues/" + "q" * 7000)
+    assert (status, _fields(raw)["Code"]) == (400, "InvalidArgument")
+    assert len(raw) < 2048
+    handles = "".join(f"<ReceiptHandle>{i}{'h' * 65536}</ReceiptHandle>" for i in range(16))
+    body = f"<ReceiptHandles>{handles}</ReceiptHandles>".encode()
+    status, raw = _call(endpoint, "DELETE", "/queues/edges/messages", body)
+    errors = ET.fromstring(raw)
+    assert status == 404 and len(errors) == 16
+    codes = {child.text for error in errors for child in error if child.tag.endswith("ErrorCode")}
+    assert codes == {"ReceiptHandleError"}
+    assert len(raw) < 16 * 2048
