@@ -26,8 +26,8 @@ SQS is strict):
   a delete once the message's visibility has ended.
 - FIFO: without an explicit deduplication id, ContentBasedDeduplication makes it the body's
   SHA-256; a duplicate within 5 minutes of the first send succeeds, returns the first
-  MessageId and stores nothing. Standard queues keep a group id (SQS fair queues do) without
-  ordering by it.
+  MessageId and stores nothing. On standard queues a group id names a fair-queue tenant:
+  while one is noisy, quiet tenants' messages are received first (`backends.memory.fairness`).
 - At `max_in_flight` messages in flight, a short poll raises `OverLimit`; a long poll (the
   adapter's) gets fewer or none.
 - A failed entry of a batch is an `EntryFailure` value (`sender_fault=True`).
@@ -51,13 +51,14 @@ from backends.memory.catalog import (
     QueueDescription,
     Unchanged,
 )
+from backends.memory.changes import Changes
 from backends.memory.config import QueueConfig
 from backends.memory.dialects import SQS_DIALECT, Dialect
 from backends.memory.handles import EXPIRED, HandleRules, stale_delete_problem
 from backends.memory.message import Message, MessageSnapshot, MessageState, received_message
-from backends.memory.move_tasks import MessageMoves
 from backends.memory.moves import MessageMoveTask, MoveStatus
-from backends.memory.queue import Queue, QueueCounts
+from backends.memory.queue import FairCounts, Queue, QueueCounts
+from backends.memory.reported import ReportedMoves
 from worker.clock import Clock
 from worker.errors import OverLimit
 from worker.rules import SQS_IN_FLIGHT_LIMIT
@@ -89,13 +90,17 @@ __all__ = [
 ]
 
 
-class MemoryEngine(MessageMoves):
+class MemoryEngine(ReportedMoves):
     """An SQS model in memory. Synchronous and never sleeps: it reads `clock.now()` per call.
 
     `max_in_flight` is the in-flight quota of each queue (SQS: 120,000); tests set it low.
     `handle_rules` says how a delete with a stale handle is answered (`HandleRules`).
     Listeners registered with `subscribe` hear the name of each queue whose receivable
     messages may have changed, so an async adapter can long-poll without polling.
+    `changes` (if given) hears every change requests make, for a journal. Handles and ids
+    carry the engine's own random epoch, kept when a snapshot is restored into it: handles
+    never repeat across a restart; `epochs` (its predecessors' too) tells stale from never
+    issued.
     """
 
     def __init__(
@@ -105,6 +110,7 @@ class MemoryEngine(MessageMoves):
         dialect: Dialect = SQS_DIALECT,
         max_in_flight: int = SQS_IN_FLIGHT_LIMIT,
         handle_rules: HandleRules = HandleRules.STRICT,
+        changes: Changes | None = None,
     ) -> None:
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
@@ -115,6 +121,8 @@ class MemoryEngine(MessageMoves):
         # much cheaper than a uuid4 each at 100,000 messages.
         self._id_prefix = secrets.token_hex(6)
         self._ids = itertools.count(1)
+        self.epochs: set[str] = {self._id_prefix}
+        self.changes = changes
         self._moves = {}
 
     # -- messages -----------------------------------------------------------------------
@@ -173,6 +181,10 @@ class MemoryEngine(MessageMoves):
         state.add(message, now, expires_at=now + state.config.retention_s)
         if dedup_id is not None:
             state.deduplication.remember(dedup_id, message.message_id, now)
+        if self.changes is not None:
+            self.changes.message(state.config.name, message.message_id, new=True)
+            if dedup_id is not None:
+                self.changes.deduplication(state.config.name, dedup_id)
         return message.message_id
 
     def send_problem(self, queue: str, message: OutgoingMessage) -> tuple[str, str] | None:
@@ -217,6 +229,7 @@ class MemoryEngine(MessageMoves):
         if attempt_id is not None and state.config.fifo:
             retried = state.retry_attempt(attempt_id, visibility_s, self.clock.now())
             if retried is not None:
+                self._changed(name, retried)
                 return [received_message(state.config, message) for message in retried]
         room = self.max_in_flight - len(state.in_flight)
         if room <= 0 and not long_poll:
@@ -230,7 +243,9 @@ class MemoryEngine(MessageMoves):
             redrive=self._redriver(state),
         )
         if taken.redriven:
+            self._changed(name, taken.redriven)
             self._store_redriven(state, taken.redriven)
+        self._changed(name, taken.delivered)
         if attempt_id is not None and state.config.fifo and taken.delivered:
             now = self.clock.now()
             state.remember_attempt(attempt_id, taken.delivered, now + ATTEMPT_WINDOW_S)
@@ -247,6 +262,7 @@ class MemoryEngine(MessageMoves):
         new_handles: dict[str, str] = {}
         for entry in entries:
             problem = rules.visibility_problem(entry.visibility_s, self.dialect)
+            message_id = state.handles.get(entry.receipt_handle)
             if problem is None:
                 problem = state.change_visibility(
                     entry.receipt_handle,
@@ -256,6 +272,8 @@ class MemoryEngine(MessageMoves):
                 )
             if problem is None:
                 succeeded.append(entry.entry_id)
+                if self.changes is not None and message_id is not None:
+                    self.changes.message(state.config.name, message_id)
                 if self.dialect.rotates_handles:
                     new_handles[entry.entry_id] = self._rotate(state, entry.receipt_handle)
             else:
@@ -303,9 +321,10 @@ class MemoryEngine(MessageMoves):
                     # SMQ: a handle is good until the message's NextVisibleTime only.
                     return "MessageNotInflight", "the receipt handle has expired"
             state.remove(message)
+            self._changed(state.config.name, [message])
             return None
-        # Handles are `<prefix><counter>.<message id>` (see `_new_handle`).
-        issued = handle.startswith(self._id_prefix) and "." in handle
+        # Handles are `<epoch><counter>.<message id>` (see `_new_handle`).
+        issued = handle[: len(self._id_prefix)] in self.epochs and "." in handle
         return stale_delete_problem(
             # SMQ refuses every stale handle: it has no lenient mode.
             HandleRules.STRICT if self.dialect.rotates_handles else self.handle_rules,
@@ -343,6 +362,10 @@ class MemoryEngine(MessageMoves):
         """Test hook: exact visible / in-flight / delayed counts of `queue`."""
         return self._settled(queue, "GetQueueAttributes").counts()
 
+    def fair_counts(self, queue: str) -> FairCounts:
+        """Test hook: SQS's fair-queue metrics of `queue`, exact (`backends.memory.fairness`)."""
+        return self._settled(queue, "GetQueueAttributes").fair_counts()
+
     def peek(self, queue: str, message_id: str) -> MessageSnapshot | None:
         """Test hook: one message's state, without receiving it; None once it is gone."""
         return self._settled(queue, "GetQueueAttributes").snapshot(message_id)
@@ -360,6 +383,7 @@ class MemoryEngine(MessageMoves):
             raise ValueError(f"message {message_id} is not in flight on {state.config.name}")
         now = self.clock.now()
         state.set_visible_at(message, now, now)
+        self._changed(state.config.name, [message])
         self._notify(state.config.name)
 
     # -- internals ----------------------------------------------------------------------
@@ -407,4 +431,6 @@ class MemoryEngine(MessageMoves):
                 dead_letter_source_arn=ARN_PREFIX + source.config.name,
             )
             target.add(moved, now, expires_at=moved.sent_at + target.config.retention_s)
+            if self.changes is not None:
+                self.changes.message(target.config.name, moved.message_id, new=True)
         self._notify(target.config.name)

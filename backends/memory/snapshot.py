@@ -8,9 +8,11 @@ Rules this module keeps:
   restart: time passes while the server is down, as it would for SQS.
 - Saved: every queue (attributes, times, tags, permissions, kept attributes, the FIFO
   sequence), every message in its state with its receipt handle and counts, deduplication
-  ids, move tasks, recently deleted names, and the engine's id prefix and counter, so that
-  handles and ids issued before a restart stay valid and unique. Not saved: FIFO receive
-  attempts (they last 5 minutes) and listeners.
+  ids, move tasks, recently deleted names, and the epochs (handle prefixes) of the engine
+  and its predecessors. Handles issued before a restart stay valid, and the engine restored
+  into keeps its own epoch, so the handles and ids it issues never repeat earlier ones
+  (the counter restored with the prefix once reissued the same handles after a crash).
+  Not saved: FIFO receive attempts (they last 5 minutes) and listeners.
 - This module reads and sets the engine's private state: it is part of the engine, kept
   apart because only `--persist` needs it.
 - A snapshot of another `FORMAT`, or one that does not read as one, is `ValueError`; it is
@@ -34,7 +36,7 @@ from backends.memory.queue import Queue
 from backends.memory.tags import Permission
 from worker.types import MessageAttribute, RedrivePolicy
 
-__all__ = ["FORMAT", "dump", "restore"]
+__all__ = ["FORMAT", "dump", "dump_engine", "dump_message", "dump_queue", "restore"]
 
 FORMAT = "lease-worker-engine/1"
 # Message fields saved as they are; times (monotonic in the engine) are converted.
@@ -55,16 +57,25 @@ def dump(engine: MemoryEngine) -> dict[str, Any]:
         "format": FORMAT,
         "id_prefix": engine._id_prefix,
         "next_id": next_id,
+        "epochs": sorted(engine.epochs),
+        **dump_engine(engine, wall),
+        "queues": [dump_queue(state, wall) for state in engine._queues.values()],
+    }
+
+
+def dump_engine(engine: MemoryEngine, wall: float) -> dict[str, Any]:
+    """The engine's own state but its queues: recently deleted names, move tasks."""
+    return {
         "deleted": {name: at + wall for name, at in engine._deleted_at.items()},
         "moves": [
             {**asdict(task), "status": task.status.value, "started_at": task.started_at + wall}
             for task in engine._moves.values()
         ],
-        "queues": [_dump_queue(state, wall) for state in engine._queues.values()],
     }
 
 
-def _dump_queue(state: Queue, wall: float) -> dict[str, Any]:
+def dump_queue(state: Queue, wall: float) -> dict[str, Any]:
+    """One queue whole, its messages in the order they are served."""
     config = asdict(state.config)
     messages = list(state.messages.values())
     if not state.config.fifo:  # standard queues serve visible messages in this order
@@ -80,11 +91,11 @@ def _dump_queue(state: Queue, wall: float) -> dict[str, Any]:
         "kept_attributes": dict(state.kept_attributes),
         "next_sequence": state.next_sequence,
         "deduplication": [[d, m, at + wall] for d, m, at in state.deduplication.entries()],
-        "messages": [_dump_message(message, wall) for message in messages],
+        "messages": [dump_message(message, wall) for message in messages],
     }
 
 
-def _dump_message(message: Message, wall: float) -> dict[str, Any]:
+def dump_message(message: Message, wall: float) -> dict[str, Any]:
     saved: dict[str, Any] = {name: getattr(message, name) for name in _MESSAGE_PLAIN}
     saved.update({name: getattr(message, name) + wall for name in _MESSAGE_TIMES})
     saved["state"] = message.state.value
@@ -109,8 +120,9 @@ def restore(engine: MemoryEngine, data: Mapping[str, Any]) -> None:
 
 
 def _restore(engine: MemoryEngine, data: Mapping[str, Any], wall: float) -> None:
-    engine._id_prefix = str(data["id_prefix"])
-    engine._ids = itertools.count(int(data["next_id"]))
+    # Not the saved prefix and counter: this engine's own epoch (see the module).
+    epochs = data["epochs"] if "epochs" in data else [data["id_prefix"]]
+    engine.epochs.update(str(epoch) for epoch in epochs)
     engine._deleted_at = {n: float(at) - wall for n, at in data["deleted"].items()}
     for saved in data["queues"]:
         state = _restore_queue(saved, wall)

@@ -16,9 +16,10 @@ import structlog
 from anyio.abc import TaskGroup
 
 from backends.memory import MemoryEngine
+from backends.memory.changes import Changes
 from backends.memory.handles import HandleRules
 from backends.serve.sqs import serve_sqs
-from backends.serve.sqs.persist import load_snapshot, persist_every
+from backends.serve.sqs.persist import Persistence
 from worker.cli.options import LOG_OPTIONS, Option, add_options
 from worker.cli.serving import create_queues, run_server, serve_until_signalled
 from worker.clock import LoopClock
@@ -67,8 +68,11 @@ def add_parser(commands: Any) -> None:
         default=None,
         metavar="PATH",
         help=(
-            "keep the queues and messages in PATH: read at start, written atomically every "
-            "--persist-every seconds and at stop (default: memory only)"
+            "keep the queues and messages in PATH and PATH.journal: every change is journaled "
+            "and synced to disk (one fdatasync for the requests answered together) before "
+            "its answer goes out, so a crash or SIGKILL loses nothing acknowledged; the "
+            "journal is folded into PATH every --persist-every seconds and at stop "
+            "(default: memory only)"
         ),
     )
     serve.add_argument(
@@ -76,7 +80,7 @@ def add_parser(commands: Any) -> None:
         type=float,
         default=5.0,
         metavar="SECONDS",
-        help="how often --persist writes PATH (default: 5)",
+        help="how often --persist folds its journal into PATH (default: 5)",
     )
     serve.add_argument(
         "--queue",
@@ -104,16 +108,23 @@ async def _serve(args: argparse.Namespace) -> None:
         LoopClock(),
         max_in_flight=args.max_in_flight,
         handle_rules=HandleRules(args.receipt_handles),
+        changes=None if args.persist is None else Changes(),
     )
-    if args.persist is not None and load_snapshot(engine, args.persist):
-        restored = len(engine.list_queues())
-        structlog.get_logger("lease_worker.cli").info("sqs_endpoint.restored", queues=restored)
+    store = None
+    if args.persist is not None:
+        store = Persistence(engine, args.persist, interval_s=args.persist_every)
+        if store.open():
+            restored = len(engine.list_queues())
+            structlog.get_logger("lease_worker.cli").info("sqs_endpoint.restored", queues=restored)
     create_queues(engine, args.queue)
-    serve = functools.partial(serve_sqs, engine, host=args.host, port=args.port)
+    if store is not None:
+        store.compact_now()  # the --queue ones are on disk before anything is served
+    durable = None if store is None else store.durable
+    serve = functools.partial(serve_sqs, engine, host=args.host, port=args.port, durable=durable)
 
     def persist(tasks: TaskGroup) -> None:
-        if args.persist is not None:
-            tasks.start_soon(persist_every, engine, args.persist, args.persist_every)
+        if store is not None:
+            tasks.start_soon(store.run)
 
     # Every queue served, restored ones included (it logged the --queue ones alone: 0 after
     # a restore without --queue).

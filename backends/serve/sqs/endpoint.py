@@ -35,7 +35,7 @@ import json
 import re
 import secrets
 import urllib.parse
-from collections.abc import Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -79,8 +79,15 @@ class _Bounds:
 class _Handler:
     """One aiohttp request handler; `base_url` None: take the host from each request."""
 
-    def __init__(self, service: SqsService, base_url: str | None, bounds: _Bounds) -> None:
+    def __init__(
+        self,
+        service: SqsService,
+        base_url: str | None,
+        bounds: _Bounds,
+        durable: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         self._service = service
+        self._durable = durable
         self._base_url = base_url
         self._bounds = bounds
         self._request_prefix = secrets.token_hex(4)
@@ -106,7 +113,11 @@ class _Handler:
             else:
                 operation, params = wire_query.decode(_form(request, raw))
             base_url = self._base_url or f"{request.scheme}://{request.host}"
-            answer = await self._service.call(operation, params, base_url)
+            try:
+                answer = await self._service.call(operation, params, base_url)
+            finally:  # `--persist`: what the call changed is on disk before any answer
+                if self._durable is not None:
+                    await self._durable()
         except SqsError as error:
             if error.code in _PROTOCOL_CODES:
                 _log.warning(
@@ -196,6 +207,7 @@ async def serve_sqs(
     account: str = "000000000000",
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
     body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
+    durable: Callable[[], Awaitable[None]] | None = None,
     task_status: TaskStatus[str] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve `target` (an engine, a backend on one, or a new engine) until cancelled.
@@ -203,13 +215,14 @@ async def serve_sqs(
     Reports `http://<host>:<port>` through `task_status.started` once it accepts requests
     (`port=0` picks a free port). A request body larger than `max_request_bytes`, or slower
     than `body_timeout_s`, is refused unread. Bind a wildcard host only where that is safe:
-    nothing is authenticated.
+    nothing is authenticated. `durable`, if given, is awaited after each operation and
+    before its answer (`backends.serve.sqs.persist`).
     """
     backend, owned = _backend(target)
     bound = bind(host, port)
     service = SqsService(backend, region=region, account=account)
     bounds = _Bounds(max_request_bytes, body_timeout_s)
-    handler = _Handler(service, None if bound.wildcard else bound.url, bounds)
+    handler = _Handler(service, None if bound.wildcard else bound.url, bounds, durable)
     await serve_until_cancelled(
         handler, bound, task_status, close=backend.aclose if owned else None
     )
