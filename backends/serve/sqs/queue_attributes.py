@@ -8,6 +8,9 @@ Part of the operations (`backends.serve.sqs.service`), in the JSON protocol's sp
   back; unknown attribute names are `InvalidAttributeName`. `MaximumMessageSize` is the
   engine's (it refuses larger sends).
 - CreateQueue on an existing queue compares only the attributes given (as SQS does).
+- SSE-SQS is on by default, as on every queue SQS has created since 2022:
+  `SqsManagedSseEnabled` reports `true` unless it was set to `false` or the queue has a
+  `KmsMasterKeyId` (SSE-KMS instead); it takes `true` or `false` (`InvalidAttributeValue`).
 """
 
 from __future__ import annotations
@@ -62,6 +65,8 @@ _KEPT = frozenset(
 _KEPT_RANGES = {
     "ReceiveMessageWaitTimeSeconds": (0, SQS_DIALECT.max_wait_s),
 }
+_KEPT_BOOLEANS = frozenset({"SqsManagedSseEnabled"})
+_SSE = "SqsManagedSseEnabled"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,6 +94,9 @@ def queue_settings(attributes: Mapping[str, Any]) -> QueueSettings:
     for name, (low, high) in _KEPT_RANGES.items():
         if name in attributes and not low <= _attribute_int(attributes, name) <= high:
             raise SqsError("InvalidAttributeValue", f"Invalid value for the parameter {name}.")
+    kept = {k: v for k, v in attributes.items() if k in _KEPT}
+    for name in _KEPT_BOOLEANS & kept.keys():
+        kept[name] = str(_optional_bool(attributes, name)).lower()
     redrive: Redrive | Unchanged | None = UNCHANGED
     if "RedrivePolicy" in attributes:
         redrive = _redrive_from_wire(attributes["RedrivePolicy"])
@@ -100,7 +108,7 @@ def queue_settings(attributes: Mapping[str, Any]) -> QueueSettings:
         fifo=_optional_bool(attributes, "FifoQueue"),
         content_based_deduplication=_optional_bool(attributes, "ContentBasedDeduplication"),
         max_message_bytes=_optional_int(attributes, "MaximumMessageSize"),
-        kept=MappingProxyType({k: v for k, v in attributes.items() if k in _KEPT}),
+        kept=MappingProxyType(kept),
     )
 
 
@@ -134,7 +142,8 @@ def check_same(current: QueueDescription, settings: QueueSettings, kept: Mapping
         ),
         "MaximumMessageSize": (settings.max_message_bytes, config.max_message_bytes),
     }
-    given.update({k: (v, kept.get(k)) for k, v in settings.kept.items()})
+    effective = {_SSE: _sse_default(kept), **kept}
+    given.update({k: (v, effective.get(k)) for k, v in settings.kept.items()})
     for attribute, (wanted, actual) in given.items():
         if wanted is not None and wanted != actual:
             raise SqsError(
@@ -142,6 +151,11 @@ def check_same(current: QueueDescription, settings: QueueSettings, kept: Mapping
                 f"A queue already exists with the same name and a different value for "
                 f"attribute {attribute}",
             )
+
+
+def _sse_default(kept: Mapping[str, str]) -> str:
+    """SSE-SQS unless the queue is encrypted with a KMS key (SSE-KMS)."""
+    return "false" if kept.get("KmsMasterKeyId") else "true"
 
 
 def _attribute_int(attributes: Mapping[str, str], name: str) -> int:
@@ -202,7 +216,7 @@ def queue_attributes_to_wire(
         "MessageRetentionPeriod": str(config.retention_s),
         "DelaySeconds": str(config.delay_s),
         "ReceiveMessageWaitTimeSeconds": "0",
-        "SqsManagedSseEnabled": "false",
+        _SSE: _sse_default(kept),
     }
     if config.redrive is not None:
         policy = {

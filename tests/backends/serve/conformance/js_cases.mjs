@@ -55,6 +55,7 @@ const cases = {
       AttributeNames: ["All"],
     });
     check(attributes.Attributes.VisibilityTimeout === "40", attributes.Attributes);
+    check(attributes.Attributes.SqsManagedSseEnabled === "true", attributes.Attributes);
     await send(sqs.DeleteQueueCommand, { QueueUrl });
     const error = await errorOf(send(sqs.GetQueueUrlCommand, { QueueName: name }));
     check(error?.[0] === "QueueDoesNotExist" && error[1] === 400, error);

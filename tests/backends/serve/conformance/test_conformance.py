@@ -245,6 +245,27 @@ def test_a_fifo_receive_attempt_id_is_1_to_128_printable_ascii(
     assert got["Body"] == "a"
 
 
+def test_sse_sqs_is_on_by_default_and_settable(sqs: Any, name: str) -> None:
+    def sse(url: str) -> str:
+        got = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["SqsManagedSseEnabled"])
+        value: str = got["Attributes"]["SqsManagedSseEnabled"]
+        return value
+
+    url = sqs.create_queue(QueueName=name)["QueueUrl"]
+    assert sse(url) == "true"
+    # The default is the queue's value: asking for it again is the same queue.
+    same = sqs.create_queue(QueueName=name, Attributes={"SqsManagedSseEnabled": "true"})
+    assert same["QueueUrl"] == url
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={"SqsManagedSseEnabled": "false"})
+    assert sse(url) == "false"
+    refused = error(
+        sqs.set_queue_attributes, QueueUrl=url, Attributes={"SqsManagedSseEnabled": "yes"}
+    )
+    assert refused == ("InvalidAttributeValue", 400)
+    kms = sqs.create_queue(QueueName=f"{name}-kms", Attributes={"KmsMasterKeyId": "alias/aws/sqs"})
+    assert sse(kms["QueueUrl"]) == "false"
+
+
 def test_trace_header(sqs: Any, name: str) -> None:
     url = sqs.create_queue(QueueName=name)["QueueUrl"]
     trace = "Root=1-5759e988-bd862e3fe1be46a994272793;Sampled=1"
