@@ -31,6 +31,7 @@ from typing import Any
 import pytest
 import structlog
 
+from tests.aws_calls import AwsCallsPlugin
 from tests.moto_server import MotoServer, start_moto
 
 #: Seconds after a test's timeout before the whole run is ended.
@@ -46,6 +47,8 @@ def pytest_configure(config: pytest.Config) -> None:
     # A copy of the terminal's stderr: while a test runs, fd 2 goes to pytest's capture,
     # which is lost when the process exits.
     _stderr_fd = os.dup(sys.__stderr__.fileno() if sys.__stderr__ else 2)
+    # Every AWS call the project makes, checked against deploy/iam at the end (tests/aws_calls.py).
+    config.pluginmanager.register(AwsCallsPlugin(config), "aws_calls")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
