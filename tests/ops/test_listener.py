@@ -79,7 +79,10 @@ async def test_metrics_holds_the_runtime_the_process_and_the_users_own_metrics()
     assert "ops_test_user_jobs_total 7.0" in lines
     assert any(line.startswith("process_cpu_seconds_total ") for line in lines)
     assert any(line.startswith("python_gc_collections_total") for line in lines)
-    assert 'lease_worker_api_call_duration_seconds_count{operation="receive",queue="jobs"}' in text
+    assert (
+        'lease_worker_api_call_duration_seconds_count{operation="receive",queue="jobs",'
+        'wait="long_poll"}' in text
+    )
     assert not any(message_id in text for message_id in ids)  # never a message id as label
 
 

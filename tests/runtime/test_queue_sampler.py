@@ -40,12 +40,16 @@ async def test_depths_age_and_quota_every_interval_one_call_per_queue() -> None:
         age = metrics.value("lease_worker_queue_oldest_message_age_seconds", queue="jobs")
         quota = metrics.value("lease_worker_queue_in_flight_quota", queue="jobs")
         calls = metrics.value(
-            "lease_worker_api_call_duration_seconds_count", queue="jobs", operation="queue_info"
+            "lease_worker_api_call_duration_seconds_count",
+            queue="jobs",
+            operation="queue_info",
+            wait="none",
         )
         dlq_calls = metrics.value(
             "lease_worker_api_call_duration_seconds_count",
             queue="jobs-dlq",
             operation="queue_info",
+            wait="none",
         )
         release.set()
     assert (held, dead, quota) == (1, 2, 120_000)

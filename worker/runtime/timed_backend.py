@@ -1,5 +1,7 @@
 """`TimedBackend`: the backend as the runtime's own components see it, each call timed into
-`api_call_duration_seconds{queue, operation}` (failed and abandoned calls included).
+`api_call_duration_seconds{queue, operation, wait}` (failed and abandoned calls included;
+`wait` is `long_poll` for a receive allowed to wait, whose time is mostly that wait, and
+`none` for every other call, whose time is the service's latency).
 
 The application's own code (start-up hooks, background tasks) gets the backend itself
 through its `WorkerContext`, with whatever admin methods that backend has.
@@ -36,13 +38,15 @@ class TimedBackend:
     def limits(self) -> Limits:
         return self._backend.limits
 
-    async def _timed(self, queue: str, operation: str, call: Callable[[], Awaitable[T]]) -> T:
+    async def _timed(
+        self, queue: str, operation: str, call: Callable[[], Awaitable[T]], wait: str = "none"
+    ) -> T:
         # Wall time on purpose: the latency a call took, not the loop's (possibly virtual) time.
         started = time.perf_counter()
         try:
             return await call()
         finally:
-            self._seconds.labels(queue, operation).observe(time.perf_counter() - started)
+            self._seconds.labels(queue, operation, wait).observe(time.perf_counter() - started)
 
     async def queue_info(self, queue: str) -> QueueInfo:
         return await self._timed(queue, "queue_info", lambda: self._backend.queue_info(queue))
@@ -56,6 +60,7 @@ class TimedBackend:
             lambda: self._backend.receive(
                 queue, max_messages=max_messages, wait_s=wait_s, visibility_s=visibility_s
             ),
+            "long_poll" if wait_s > 0 else "none",
         )
 
     async def extend(self, queue: str, entries: Sequence[VisibilityChange]) -> BatchResult:
