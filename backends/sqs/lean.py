@@ -64,7 +64,7 @@ from botocore.exceptions import (
 )
 from botocore.exceptions import ConnectionError as BotoConnectionError
 from botocore.httpsession import ProxyConfiguration, get_cert_path, mask_proxy_url
-from botocore.parsers import ResponseParserError
+from botocore.parsers import JSONParser, ResponseParserError
 from botocore.utils import get_environ_proxies
 
 from backends.sqs import lean_tracing, lean_wire
@@ -73,6 +73,9 @@ from backends.sqs.lean_signer import RequestSigner
 from backends.sqs.settings import SqsSettings
 
 __all__ = ["LEAN_OPERATIONS", "LeanTransport"]
+
+#: botocore's own JSON parser, for the fields of a modelled error (the error path only).
+_JSON_PARSER = JSONParser()
 
 #: The operations the lean path makes; every other one stays on aiobotocore.
 LEAN_OPERATIONS = frozenset(
@@ -163,6 +166,7 @@ class LeanTransport:
             query_compatible=bool(meta.service_model.is_query_compatible),
         )
         self._exceptions = client.exceptions
+        self._service_model = meta.service_model
         self._read_timeout: float | None = meta.config.read_timeout
         self._credentials = _credentials(client)
         self._user_agent = _user_agent(client)
@@ -228,8 +232,7 @@ class LeanTransport:
                 delay = await self._retry.delay(operation, attempt, context, answer=error)
                 if delay is None:
                     parsed["ResponseMetadata"]["RetryAttempts"] = attempt - 1
-                    code = parsed["Error"].get("Code")
-                    raise self._exceptions.from_code(code)(parsed, operation)
+                    raise self._client_error(operation, status, headers, raw, parsed)
                 self._set_ttl(retries, headers)
             await anyio.sleep(delay)
             attempt += 1
@@ -246,9 +249,33 @@ class LeanTransport:
             ) from exc
         metadata = parsed["ResponseMetadata"] = lean_wire.metadata(status, headers)
         metadata["RetryAttempts"] = attempt - 1
+        if attempt >= self._retry.max_attempts:
+            # botocore's retry handler sees every answer and marks one on the last attempt.
+            metadata["MaxAttemptsReached"] = True
         if status >= 300:  # aiobotocore's line for raising: 300 is parsed, then raised
             raise ClientError(parsed, operation)
         return parsed
+
+    def _client_error(
+        self,
+        operation: str,
+        status: int,
+        headers: Mapping[str, str],
+        raw: bytes,
+        parsed: dict[str, Any],
+    ) -> ClientError:
+        """The error as aiobotocore raises it: the fields of the error's modelled shape
+        added to the answer (its endpoint's `_add_modeled_error_fields`, by botocore's own
+        parser), and the class `client.exceptions` has for the query code, else the code
+        (botocore's `_handle_sqs_compatible_error`)."""
+        error = parsed["Error"]
+        shape = self._service_model.shape_for_error_code(error.get("Code"))
+        if shape is not None:
+            answer = {"status_code": status, "headers": parsed["ResponseMetadata"]["HTTPHeaders"]}
+            parsed.update(_JSON_PARSER.parse({**answer, "body": raw}, shape))
+        code = error.get("QueryErrorCode") or error.get("Code")
+        error_class: type[ClientError] = self._exceptions.from_code(code)
+        return error_class(parsed, operation)
 
     def _set_ttl(self, retries: dict[str, Any], headers: Mapping[str, str]) -> None:
         """`ttl` for the next attempt's `amz-sdk-request`, from the answer's Date, as

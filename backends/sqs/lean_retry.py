@@ -58,6 +58,8 @@ class StandardRetry:
             sleep=anyio.sleep,
         )
         self._service_model = service_model
+        #: Attempts per call, the first included.
+        self.max_attempts = max_attempts
         self._operations: dict[str, OperationModel] = {}
 
     def _operation(self, name: str) -> OperationModel:

@@ -18,7 +18,7 @@ both into `worker.types` and `backends.sqs.errors` maps both failures. Rules thi
   `__type` (the part after `#`), or the HTTP status when there is none; `Error.Message` from
   `message` or `Message`; SQS's query-compatible code from the `x-amzn-query-error` header
   (`Code;Sender`) becomes `Code`, the JSON one `QueryErrorCode`. A 5xx whose body is empty
-  or an HTML page is read by its status alone.
+  or an HTML page is read by its status alone (and, as botocore does, without a RequestId).
 - Answers are read with `json.loads`' results (which botocore's parser uses), by
   `worker.jsonlib.loads_utf8` (orjson where it agrees); requests are written by orjson when
   it is importable (the `fast` extra), else the standard library's json.
@@ -139,9 +139,12 @@ def error_answer(status: int, headers: Mapping[str, str], body: bytes) -> dict[s
     """A non-2xx answer as botocore's JSON parser shapes it (what `ClientError` carries)."""
     lowered = {key.lower(): value for key, value in headers.items()}
     stripped = body.strip()
+    found = metadata(status, lowered)
     if status >= 500 and (not stripped or stripped.startswith(b"<html>")):
-        # A load balancer's or a proxy's own page: botocore reads only the status.
+        # A load balancer's or a proxy's own page: botocore reads only the status (and
+        # takes no request id from the headers).
         error = {"Code": str(status), "Message": http.client.responses.get(status, "")}
+        found.pop("RequestId", None)
     else:
         error = _service_error(lowered, status, body)
-    return {"Error": error, "ResponseMetadata": metadata(status, lowered)}
+    return {"Error": error, "ResponseMetadata": found}
