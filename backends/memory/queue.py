@@ -15,7 +15,9 @@ speaks the protocol):
   is already gone is skipped.
 - Only the receipt handle of the latest receive is in `handles`; older ones are forgotten,
   which is what makes them invalid.
-- Standard queues hand out VISIBLE messages in the order they became visible.
+- Standard queues hand out VISIBLE messages in the order they became visible, but for SQS
+  fair queues: once a message with a MessageGroupId arrives, its group is a tenant, and
+  while one tenant is noisy, quiet tenants' messages go first (`backends.memory.fairness`).
 - FIFO queues serve only ready groups (`backends.memory.groups`), from the first message
   on, in send order, stopping at the first message that is not VISIBLE.
 """
@@ -31,6 +33,7 @@ from dataclasses import dataclass, field
 from backends.memory.attempts import ReceiveAttempts
 from backends.memory.config import QueueConfig
 from backends.memory.dedup import DeduplicationWindow
+from backends.memory.fairness import FairCounts, Tenants
 from backends.memory.groups import MessageGroups
 from backends.memory.message import (
     Message,
@@ -42,6 +45,7 @@ from backends.memory.message import (
 from backends.memory.tags import Permission
 
 __all__ = [
+    "FairCounts",
     "Message",
     "MessageSnapshot",
     "MessageState",
@@ -84,6 +88,8 @@ class Queue:
         self.delayed: set[str] = set()
         self.handles: dict[str, str] = {}
         self._groups = MessageGroups(self.messages, fifo=config.fifo)
+        #: Fair-queue tenants (standard queues), from the first message with a group id on.
+        self._tenants: Tenants | None = None
         self._timers: list[tuple[float, int, int, str]] = []
         self._expiries: list[tuple[float, int, str]] = []
         self.deduplication = DeduplicationWindow()
@@ -130,6 +136,7 @@ class Queue:
             message.sequence_number = f"{self.next_sequence:020d}"
             self.next_sequence += 1
         self._groups.add(message)
+        self._track_tenant(message)
         heapq.heappush(self._expiries, (expires_at, next(self._tiebreak), message.message_id))
         if len(self._expiries) > 2 * len(self.messages) + 64:
             # Deleted messages leave their entries for days of retention; prune them.
@@ -139,6 +146,8 @@ class Queue:
             message.state = MessageState.DELAYED
             self.delayed.add(message.message_id)
             self._push_timer(message)
+            if self._tenants is not None:
+                self._tenants.entered(message)
         else:
             self._make_visible(message)
 
@@ -147,6 +156,7 @@ class Queue:
         (`backends.memory.snapshot`); call `settle` once all are back."""
         self.messages[message.message_id] = message
         self._groups.add(message)
+        self._track_tenant(message)
         heapq.heappush(self._expiries, (expires_at, next(self._tiebreak), message.message_id))
         if message.state is MessageState.IN_FLIGHT:
             assert message.receipt_handle is not None, "a message in flight has a handle"
@@ -161,6 +171,8 @@ class Queue:
             if message.receipt_handle is not None:
                 self.handles[message.receipt_handle] = message.message_id
             self._make_visible(message)
+        if self._tenants is not None and message.state is not MessageState.VISIBLE:
+            self._tenants.entered(message)
 
     # -- FIFO receive attempts (`backends.memory.attempts`) --------------------------------
 
@@ -199,6 +211,8 @@ class Queue:
         if message.receipt_handle is not None:
             self.handles.pop(message.receipt_handle, None)
         self._groups.remove(message)
+        if self._tenants is not None:
+            self._tenants.left(message)
 
     def purge(self, now: float) -> None:
         """Drop every message; deduplication ids stay remembered, as on SQS."""
@@ -208,6 +222,7 @@ class Queue:
         self.delayed.clear()
         self.handles.clear()
         self._groups.clear()
+        self._tenants = None
         self._timers.clear()
         self._expiries.clear()
         self.last_purge_at = now
@@ -285,7 +300,8 @@ class Queue:
         redrive: Callable[[Message], bool],
     ) -> None:
         while len(taken.delivered) < count and self.visible and len(self.in_flight) < limit:
-            message = self.messages[next(iter(self.visible))]
+            fair = None if self._tenants is None else self._tenants.pick()
+            message = self.messages[next(iter(self.visible)) if fair is None else fair]
             if redrive(message):
                 self.remove(message)
                 taken.redriven.append(message)
@@ -327,6 +343,13 @@ class Queue:
     def counts(self) -> QueueCounts:
         return QueueCounts(len(self.visible), len(self.in_flight), len(self.delayed))
 
+    def fair_counts(self) -> FairCounts:
+        """The counts with noisy tenants' messages left out, as SQS's fair-queue metrics."""
+        visible, in_flight, delayed = len(self.visible), len(self.in_flight), len(self.delayed)
+        if self._tenants is None:
+            return FairCounts(0, visible, in_flight, delayed)
+        return self._tenants.counts(visible, in_flight, delayed)
+
     def snapshot(self, message_id: str) -> MessageSnapshot | None:
         message = self.messages.get(message_id)
         return None if message is None else snapshot(message)
@@ -350,13 +373,19 @@ class Queue:
     def _make_visible(self, message: Message) -> None:
         message_id = message.message_id
         was_in_flight = message.state is MessageState.IN_FLIGHT
+        # A message new or restored VISIBLE was in neither set, so it left nothing.
+        left = was_in_flight or message_id in self.delayed
         if was_in_flight:
             self.in_flight.discard(message_id)
         else:
             self.delayed.discard(message_id)
+        if left and self._tenants is not None:
+            self._tenants.left(message)
         message.state = MessageState.VISIBLE
         self.visible[message_id] = None
         self._groups.became_visible(message, was_in_flight=was_in_flight)
+        if self._tenants is not None:
+            self._tenants.entered(message)
 
     def _mark_in_flight(self, message: Message, deliver: Callable[[Message], None]) -> None:
         old_handle = message.receipt_handle
@@ -366,11 +395,20 @@ class Queue:
         assert message.receipt_handle is not None, "deliver() must set a receipt handle"
         self.handles[message.receipt_handle] = message.message_id
         del self.visible[message.message_id]
+        if self._tenants is not None:
+            self._tenants.left(message)
         self.in_flight.add(message.message_id)
         message.state = MessageState.IN_FLIGHT
         message.generation += 1
         self._push_timer(message)
         self._groups.took_flight(message)
+        if self._tenants is not None:
+            self._tenants.entered(message)
+
+    def _track_tenant(self, message: Message) -> None:
+        """Start keeping fair-queue tenants at a standard queue's first grouped message."""
+        if self._tenants is None and message.group_id is not None and not self.config.fifo:
+            self._tenants = Tenants(self.visible, self.in_flight)
 
 
 def _taken(messages: list[Message]) -> tuple[tuple[str, str, int], ...]:

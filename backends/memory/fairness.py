@@ -1,0 +1,236 @@
+"""The tenants of one standard queue of the in-memory engine, and which are noisy: SQS fair
+queues.
+
+Rules this module keeps, as the SQS developer guide describes fair queues ("How Amazon SQS
+fair queues work"):
+
+- On a standard queue a message's MessageGroupId names its tenant. A message without one is
+  a tenant of its own, so it is never noisy.
+- A tenant is *noisy* while it holds more than a tenth of the queue's in-flight messages and
+  at least 30 of its own (SQS: "more than 10% of in-flight messages and at least 30").
+- While some tenant is noisy, a receive hands out the oldest visible message of a quiet
+  tenant ("older" meaning it turned visible earlier, the plain order of a standard queue).
+  Only when no quiet tenant has one does it take a noisy tenant's, from the noisy tenant
+  with the fewest messages in flight. With no tenant noisy, the plain order holds.
+- Where the engine is simpler than SQS: SQS also calls a tenant noisy for more than 10% of
+  recent consumer processing time, and keeps one noisy until its shares fall back, its
+  backlog is drained or 5 minutes pass without a send; thresholds there are approximate.
+  The engine has no notion of processing time and judges exactly, from the counts as they
+  stand as each message is handed out, so tests can say what happens.
+
+Cost: the queue reports each grouped message's moves in O(1) (a heap push, O(log tenants),
+when a tenant's oldest visible message changes). The noisy set is kept exact per move
+without scanning tenants: at most nine tenants can each hold more than a tenth, and a tenant
+can only turn noisy when the in-flight total falls to exactly ten times its count, which a
+lookup by count finds. A queue that never saw a group id has no `Tenants` at all.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import OrderedDict
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+
+from backends.memory.message import Message, MessageState
+
+__all__ = ["NOISY_MIN_IN_FLIGHT", "NOISY_SHARE_ONE_IN", "FairCounts", "Tenants"]
+
+#: A noisy tenant holds at least this many messages in flight...
+NOISY_MIN_IN_FLIGHT = 30
+#: ...and more than one in this many of the queue's in-flight messages (10%).
+NOISY_SHARE_ONE_IN = 10
+
+# Messages without a group id share one ordered stream: each is its own tenant, never noisy.
+_Tenant = str | None
+
+
+@dataclass(frozen=True, slots=True)
+class FairCounts:
+    """Test hook: what SQS's fair-queue CloudWatch metrics would read, exact here."""
+
+    #: ApproximateNumberOfNoisyGroups.
+    noisy_groups: int
+    #: ApproximateNumberOfMessagesVisibleInQuietGroups.
+    visible_in_quiet_groups: int
+    #: ApproximateNumberOfMessagesNotVisibleInQuietGroups.
+    in_flight_in_quiet_groups: int
+    #: ApproximateNumberOfMessagesDelayedInQuietGroups.
+    delayed_in_quiet_groups: int
+
+
+class Tenants:
+    """The tenants over a standard queue's `in_flight` ids (its own set, only counted here).
+
+    The queue reports every move of a message: `left(message)` while the message still
+    has its old state, `entered(message)` once it has its new one, each after the queue's
+    own sets are updated. `visible` seeds the ungrouped stream, in order, when the queue's
+    first grouped message arrives (so every message already there has no group).
+    """
+
+    def __init__(self, visible: Iterable[str], in_flight: Collection[str]) -> None:
+        self._in_flight_ids = in_flight
+        self._seq = itertools.count()
+        #: Each tenant's visible message ids, oldest first, with the order they turned visible.
+        self._visible: dict[_Tenant, OrderedDict[str, int]] = {}
+        #: (sequence, tenant) of each tenant's oldest visible message; stale entries are
+        #: skipped when met (lazy deletion, as the queue's timers).
+        self._heads: list[tuple[int, _Tenant]] = []
+        self._in_flight: dict[str, int] = {}
+        self._delayed: dict[str, int] = {}
+        #: Tenants with at least NOISY_MIN_IN_FLIGHT in flight, by their count.
+        self._by_count: dict[int, set[str]] = {}
+        self._noisy: set[str] = set()
+        for message_id in visible:
+            self._became_visible(message_id, None)
+
+    # -- moves the queue reports --------------------------------------------------------
+
+    def entered(self, message: Message) -> None:
+        """`message` has just turned DELAYED, VISIBLE or IN_FLIGHT (its state now)."""
+        if message.state is MessageState.VISIBLE:
+            self._became_visible(message.message_id, message.group_id)
+        elif message.state is MessageState.IN_FLIGHT:
+            self._took_flight(message.group_id)
+        else:
+            self._count_delayed(message.group_id, +1)
+
+    def left(self, message: Message) -> None:
+        """`message` is leaving its state (still set): moved on, or gone from the queue."""
+        if message.state is MessageState.VISIBLE:
+            self._left_visible(message.message_id, message.group_id)
+        elif message.state is MessageState.IN_FLIGHT:
+            self._left_flight(message.group_id)
+        else:
+            self._count_delayed(message.group_id, -1)
+
+    def _became_visible(self, message_id: str, tenant: _Tenant) -> None:
+        stream = self._visible.get(tenant)
+        seq = next(self._seq)
+        if stream is None:
+            self._visible[tenant] = stream = OrderedDict()
+            self._push_head(seq, tenant)
+        stream[message_id] = seq
+
+    def _left_visible(self, message_id: str, tenant: _Tenant) -> None:
+        stream = self._visible[tenant]
+        was_head = next(iter(stream)) == message_id
+        del stream[message_id]
+        if not stream:
+            del self._visible[tenant]
+        elif was_head:
+            self._push_head(next(iter(stream.values())), tenant)
+
+    def _took_flight(self, tenant: _Tenant) -> None:
+        if tenant is not None:
+            self._recount(tenant, +1)
+        # A larger total can only end noisiness, and only that of a tenant already noisy.
+        if self._noisy:
+            self._noisy = {t for t in self._noisy if self._is_noisy(t)}
+        if tenant is not None and self._is_noisy(tenant):
+            self._noisy.add(tenant)
+
+    def _left_flight(self, tenant: _Tenant) -> None:
+        if tenant is not None:
+            self._recount(tenant, -1)
+            if not self._is_noisy(tenant):
+                self._noisy.discard(tenant)
+        # A smaller total makes noisy exactly the tenants whose count times ten is now one
+        # more than the total (they were at the edge, and their own counts did not move).
+        edge, remainder = divmod(len(self._in_flight_ids) + 1, NOISY_SHARE_ONE_IN)
+        if remainder == 0:
+            self._noisy.update(t for t in self._by_count.get(edge, ()) if self._is_noisy(t))
+
+    def _count_delayed(self, tenant: _Tenant, change: int) -> None:
+        if tenant is not None:
+            count = self._delayed.get(tenant, 0) + change
+            if count:
+                self._delayed[tenant] = count
+            else:
+                del self._delayed[tenant]
+
+    # -- serving ------------------------------------------------------------------------
+
+    def pick(self) -> str | None:
+        """The id of the message fairness hands out next; None while no tenant is noisy
+        (then the queue's own order holds) or when nothing is visible."""
+        if not self._noisy:
+            return None
+        set_aside: list[tuple[int, _Tenant]] = []
+        found: str | None = None
+        while self._heads and found is None:
+            seq, tenant = self._heads[0]
+            head = self._head(tenant)
+            if head is None or head[1] != seq:
+                heapq.heappop(self._heads)  # stale
+            elif tenant in self._noisy:
+                set_aside.append(heapq.heappop(self._heads))
+            else:
+                found = head[0]
+        for entry in set_aside:
+            heapq.heappush(self._heads, entry)
+        return found if found is not None else self._least_busy_noisy_head()
+
+    @property
+    def noisy(self) -> frozenset[str]:
+        return frozenset(self._noisy)
+
+    def counts(self, visible: int, in_flight: int, delayed: int) -> FairCounts:
+        """The queue's counts (all tenants) with the noisy tenants' share taken out."""
+        noisy = self._noisy
+        return FairCounts(
+            noisy_groups=len(noisy),
+            visible_in_quiet_groups=visible - sum(len(self._visible.get(t, ())) for t in noisy),
+            in_flight_in_quiet_groups=in_flight - sum(self._in_flight[t] for t in noisy),
+            delayed_in_quiet_groups=delayed - sum(self._delayed.get(t, 0) for t in noisy),
+        )
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _is_noisy(self, tenant: str) -> bool:
+        count = self._in_flight.get(tenant, 0)
+        return count >= NOISY_MIN_IN_FLIGHT and count * NOISY_SHARE_ONE_IN > len(
+            self._in_flight_ids
+        )
+
+    def _recount(self, tenant: str, change: int) -> None:
+        old = self._in_flight.get(tenant, 0)
+        new = old + change
+        if new:
+            self._in_flight[tenant] = new
+        else:
+            del self._in_flight[tenant]
+        if old >= NOISY_MIN_IN_FLIGHT:
+            at_old = self._by_count[old]
+            at_old.discard(tenant)
+            if not at_old:
+                del self._by_count[old]
+        if new >= NOISY_MIN_IN_FLIGHT:
+            self._by_count.setdefault(new, set()).add(tenant)
+
+    def _head(self, tenant: _Tenant) -> tuple[str, int] | None:
+        stream = self._visible.get(tenant)
+        return None if stream is None else next(iter(stream.items()))
+
+    def _least_busy_noisy_head(self) -> str | None:
+        """The oldest visible message of the noisy tenant with the fewest in flight."""
+        best: tuple[int, int, str] | None = None
+        for tenant in self._noisy:
+            head = self._head(tenant)
+            if head is not None:
+                key = (self._in_flight[tenant], head[1], head[0])
+                best = key if best is None or key < best else best
+        return None if best is None else best[2]
+
+    def _push_head(self, seq: int, tenant: _Tenant) -> None:
+        heapq.heappush(self._heads, (seq, tenant))
+        # The oldest message of a tenant changes with every one taken: prune now and then
+        # (amortized O(1): the heap at least halves each time).
+        if len(self._heads) > 2 * len(self._visible) + 64:
+            self._heads = [(s, t) for s, t in self._heads if self._is_head(s, t)]
+            heapq.heapify(self._heads)
+
+    def _is_head(self, seq: int, tenant: _Tenant) -> bool:
+        head = self._head(tenant)
+        return head is not None and head[1] == seq
