@@ -9,8 +9,9 @@
         mns.account.Account(endpoint.url, "test", "test")
 
 Rules this module keeps:
-- Routes are SMQ's REST paths: `/queues` (ListQueue), `/queues/<name>` (PUT create, GET
-  attributes, DELETE), `/queues/<name>/messages` (POST send, GET receive or with
+- Routes are SMQ's REST paths: `/queues` (ListQueue), `/queues/<name>` (PUT create, PUT
+  with `?metaoverride=true` SetQueueAttributes, GET attributes, DELETE),
+  `/queues/<name>/messages` (POST send, GET receive or with
   `peekonly=true` peek, DELETE one handle in the query or a `<ReceiptHandles>` batch, PUT
   ChangeMessageVisibility). Other paths are 404 `InvalidArgument`; `/_stats` counts requests
   by operation (for benchmarks) and is not signed.
@@ -130,12 +131,18 @@ class _Handler:
             marker = headers.get("x-mns-marker", "")
             return self._queues.list(headers.get("x-mns-prefix", ""), limit, marker, base_url)
         if len(parts) == 2 and parts[0] == "queues":
-            return self._queue_call(request.method, parts[1], raw, base_url)
+            override = request.query.get("metaoverride") == "true"
+            return self._queue_call(request.method, parts[1], raw, base_url, override)
         if len(parts) == 3 and parts[0] == "queues" and parts[2] == "messages":
             return await self._message_call(request, parts[1], raw)
         raise SmqError("InvalidArgument", "No SMQ operation has this path.")
 
-    def _queue_call(self, method: str, name: str, raw: bytes, base_url: str) -> Answer:
+    def _queue_call(
+        self, method: str, name: str, raw: bytes, base_url: str, override: bool
+    ) -> Answer:
+        if method == "PUT" and override:
+            self.requests["SetQueueAttributes"] += 1
+            return self._queues.set_attributes(name, raw)
         if method == "PUT":
             self.requests["CreateQueue"] += 1
             return self._queues.create(name, raw, base_url)

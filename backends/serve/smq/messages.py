@@ -7,6 +7,8 @@ Rules:
   is 404 `MessageNotExist`, SMQ's way of saying "nothing now".
 - A visibility change answers a new ReceiptHandle and the NextVisibleTime; the old handle
   is refused from then on (the engine's SMQ dialect).
+- Message properties (user and system) go in with a send and come back with every receive
+  and peek (`backends.serve.smq.properties`).
 - Engine codes become SMQ's: ReceiptHandleIsInvalid -> ReceiptHandleError,
   MessageNotInflight -> MessageNotExist, the rest of the refusals -> InvalidArgument.
 """
@@ -20,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from backends.memory import MemoryBackend
 from backends.serve.echo import bounded
 from backends.serve.smq import wire
+from backends.serve.smq.properties import properties_from_wire, properties_to_wire
 from backends.serve.smq.wire import SmqError
 from worker.types import Deletion, OutgoingMessage, ReceivedMessage, VisibilityChange
 
@@ -135,6 +138,7 @@ class MessageCalls:
             "FirstDequeueTime": "0" if first == "None" else first,
             "DequeueCount": message.receive_count,
             "Priority": _PRIORITY,
+            **properties_to_wire(message.message_attributes),
         }
         if with_handle:
             snapshot = self._engine.peek(message.queue, message.message_id)
@@ -148,7 +152,12 @@ def _outgoing(entry_id: str, item: ET.Element) -> OutgoingMessage:
     if not body:
         raise SmqError("InvalidArgument", "MessageBody is required.")
     delay = wire.text(item, "DelaySeconds")
-    return OutgoingMessage(body=body, delay_s=_int(delay, "DelaySeconds"), entry_id=entry_id)
+    return OutgoingMessage(
+        body=body,
+        delay_s=_int(delay, "DelaySeconds"),
+        entry_id=entry_id,
+        message_attributes=properties_from_wire(item),
+    )
 
 
 def _int(value: str | None, name: str) -> int | None:

@@ -1,5 +1,5 @@
 """SMQ's queue operations over the engine's SMQ dialect: CreateQueue (with a DlqPolicy),
-GetQueueAttributes, ListQueue and DeleteQueue.
+GetQueueAttributes, SetQueueAttributes, ListQueue and DeleteQueue.
 
 Rules:
 - CreateQueue answers 201 and the queue's URL in `Location`; the same queue again with the
@@ -9,11 +9,15 @@ Rules:
 - GetQueueAttributes reports ActiveMessages (receivable), InactiveMessages (in flight) and
   DelayMessages (delayed), exact here.
 - PollingWaitSeconds (0-30) is kept for receives that name no `waitseconds`.
+- SetQueueAttributes (`PUT /queues/<name>?metaoverride=true`, a `<Queue>` of the attributes
+  to change) changes only those given, answers 204, and 404 `QueueNotExist` for a queue
+  that is not there; a `<DlqPolicy>` with `<Enabled>false</Enabled>` removes the policy.
 """
 
 from __future__ import annotations
 
 from backends.memory import MemoryBackend
+from backends.memory.catalog import UNCHANGED, Unchanged
 from backends.serve.smq import wire
 from backends.serve.smq.messages import Answer
 from backends.serve.smq.wire import SmqError
@@ -50,6 +54,23 @@ class QueueCalls:
         self._engine.keep_attributes(name, {POLLING_WAIT: str(polling)})
         url = f"{base_url}/queues/{name}"
         return (204 if existed else 201), b"", {"Location": url}
+
+    def set_attributes(self, name: str, raw: bytes) -> Answer:
+        given = _given(raw)
+        polling = given.pop(POLLING_WAIT, None)
+        if polling is not None and not 0 <= polling <= self._engine.dialect.max_wait_s:
+            raise SmqError("InvalidArgument", f"PollingWaitSeconds={polling} is not in 0-30.")
+        self._engine.set_queue_attributes(
+            name,
+            visibility_timeout_s=given.get("VisibilityTimeout"),
+            delay_s=given.get("DelaySeconds"),
+            retention_s=given.get("MessageRetentionPeriod"),
+            max_message_bytes=given.get("MaximumMessageSize"),
+            redrive=_changed_policy(raw),
+        )
+        if polling is not None:
+            self._engine.keep_attributes(name, {POLLING_WAIT: str(polling)})
+        return 204, b"", {}
 
     def attributes(self, name: str) -> Answer:
         described = self._engine.describe_queue(name)
@@ -93,7 +114,12 @@ class QueueCalls:
 
 
 def _fields(raw: bytes) -> dict[str, int]:
-    fields = dict(_DEFAULTS)
+    return {**_DEFAULTS, **_given(raw)}
+
+
+def _given(raw: bytes) -> dict[str, int]:
+    """The attributes a `<Queue>` document names, and only those."""
+    fields: dict[str, int] = {}
     if not raw.strip():
         return fields
     root = wire.parse(raw, "Queue")
@@ -105,6 +131,13 @@ def _fields(raw: bytes) -> dict[str, int]:
             except ValueError:
                 raise SmqError("InvalidArgument", f"{name} is not an integer.") from None
     return fields
+
+
+def _changed_policy(raw: bytes) -> RedrivePolicy | Unchanged | None:
+    """A SetQueueAttributes' dead-letter policy: UNCHANGED when it names none."""
+    if not raw.strip() or not wire.children(wire.parse(raw, "Queue"), "DlqPolicy"):
+        return UNCHANGED
+    return _dead_letter_policy(raw)
 
 
 def _dead_letter_policy(raw: bytes) -> RedrivePolicy | None:

@@ -123,6 +123,9 @@ def _fill(element: ET.Element, fields: Mapping[str, object]) -> None:
             continue
         if isinstance(value, Mapping):
             _fill(ET.SubElement(element, name), value)
+        elif isinstance(value, list):  # a repeated element: one per item
+            for item in value:
+                _fill(ET.SubElement(element, name), item)
         else:
             ET.SubElement(element, name).text = str(value)
 

@@ -23,6 +23,7 @@ from worker.types import QueueSpec, RedrivePolicy
 mns_account = pytest.importorskip("mns.account", reason="aliyun-mns-sdk is not installed")
 mns_queue = pytest.importorskip("mns.queue")
 mns_exception = pytest.importorskip("mns.mns_exception")
+mns_property = pytest.importorskip("mns.message_property")
 
 # SDK 1.3.0 marks the queue-depth accessors deprecated (SMQ's console moved them to
 # metrics); the endpoint still answers them, and the ops metrics read them.
@@ -187,3 +188,50 @@ def test_mnscmd_receive_changevisibility_delete(endpoint: SmqEndpoint, tmp_path:
     deleted = _mnscmd(endpoint, tmp_path, "deletemessage", f"--queuename={name}", f"--handle={new}")
     assert deleted["status"] == "deletemessage succeed!"
     assert queue.get_attributes().inactive_messages == 0
+
+
+def test_set_attributes_changes_only_what_it_names(endpoint: SmqEndpoint) -> None:
+    queue = _queue(endpoint, visibility=45)
+    meta = mns_queue.QueueMeta()
+    meta.set_delay_seconds(5)
+    meta.set_polling_wait_seconds(3)
+    queue.set_attributes(meta)
+    got = queue.get_attributes()
+    assert (got.visibility_timeout, got.delay_seconds, got.polling_wait_seconds) == (45, 5, 3)
+    refused = mns_queue.QueueMeta()
+    refused.set_visibilitytimeout(43_201)
+    assert _server_error(queue.set_attributes, refused).type == "InvalidArgument"
+    missing = mns_account.Account(endpoint.url, "test", "test").get_queue("sdk-nowhere")
+    assert _server_error(missing.set_attributes, meta).type == "QueueNotExist"
+
+
+def test_message_properties_come_back_with_every_receive_and_peek(endpoint: SmqEndpoint) -> None:
+    property_value = mns_property.MessagePropertyValue
+    queue = _queue(endpoint)
+    message = mns_queue.Message("with properties")
+    message.add_user_property("city", property_value.create_string("hangzhou"))
+    message.add_user_property("count", property_value.create_number(42))
+    message.add_user_property("urgent", property_value.create_boolean(True))
+    message.add_user_property("blob", property_value.create_binary(b"\x00\xff raw"))
+    trace = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    system = mns_property.MessageSystemPropertyValue.create_string(trace)
+    message.add_system_property("traceparent", system)
+    queue.send_message(message)
+    for got in (queue.peek_message(), queue.batch_peek_message(16)[0], queue.receive_message(0)):
+        user = {name: value.get_raw_value() for name, value in got.user_properties.items()}
+        assert user == {
+            "city": "hangzhou",
+            "count": "42",
+            "urgent": "true",
+            "blob": b"\x00\xff raw",
+        }
+        types = {name: value.get_data_type() for name, value in got.user_properties.items()}
+        assert types == {"city": "STRING", "count": "NUMBER", "urgent": "BOOLEAN", "blob": "BINARY"}
+        assert got.system_properties["traceparent"].get_raw_value() == trace
+    bad = mns_queue.Message("bad")
+    bad.add_user_property(".leading-dot", property_value.create_string("x"))
+    assert _server_error(queue.send_message, bad).type == "InvalidArgument"
+    too_many = mns_queue.Message("many")
+    for i in range(51):
+        too_many.add_user_property(f"p{i}", property_value.create_string("x"))
+    assert _server_error(queue.send_message, too_many).type == "InvalidArgument"
