@@ -100,7 +100,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         "scrape_configs": [
             {
                 "job_name": "lease-worker",
-                "static_configs": [{"targets": [f"127.0.0.1:{worker_port}"]}],
+                # As a PodMonitor's scrape labels a pod's series.
+                "static_configs": [
+                    {"targets": [f"127.0.0.1:{worker_port}"], "labels": {"namespace": "orders"}}
+                ],
             }
         ],
     }
@@ -145,12 +148,14 @@ def panel_queries() -> list[tuple[str, str]]:
 
 
 def concrete(expr: str) -> str:
-    return expr.replace("$__rate_interval", "10s").replace("$queue", ".*")
+    return (
+        expr.replace("$__rate_interval", "10s").replace("$queue", ".*").replace("$namespace", ".*")
+    )
 
 
 def test_every_dashboard_query_returns_data(stack: Stack) -> None:
     queries = panel_queries()
-    assert len(queries) == 23
+    assert len(queries) == 25
     empty = [(title, expr) for title, expr in queries if not stack.query(concrete(expr))]
     assert empty == []
 
@@ -189,3 +194,13 @@ def test_a_librarys_stdlib_record_is_json_with_the_messages_context(stack: Stack
     assert library[0]["queue"] == "orders" and library[0]["message_id"]
     assert library[0]["event"].startswith("fulfilling order ")
     assert not any("not json" in json.dumps(record) for record in records)  # no body leaked
+
+
+def test_the_workers_down_alert_sees_the_live_worker(stack: Stack) -> None:
+    """The rule's selector finds the worker's own scrape job, and with the worker up the
+    rule's expression is empty (it fires on nothing)."""
+    assert stack.query('up{job=~"(.+/)?lease-worker"} == 1')
+    assert stack.query(rules()["LeaseWorkerDown"]["expr"]) == []
+    # Series keep the scrape's namespace, which every alert and panel groups by.
+    (found,) = stack.query("max by (namespace) (lease_worker_ready)")
+    assert found["metric"] == {"namespace": "orders"}

@@ -33,7 +33,8 @@ from grafana_foundation_sdk.models.dashboard import (
 
 __all__ = ["PANELS", "Panel", "build", "render"]
 
-_Q = 'queue=~"$queue"'
+_NS = 'namespace=~"$namespace"'
+_Q = f'{_NS}, queue=~"$queue"'
 _RATE = "[$__rate_interval]"
 
 
@@ -55,13 +56,17 @@ def _max(metric: str, by: str) -> str:
     return f"max by ({by}) ({metric}{{{_Q}}})"
 
 
-def _quantiles(metric: str, by: str) -> tuple[tuple[str, str], ...]:
+def _quantiles(
+    metric: str, by: str, selector: str = "", quantiles: tuple[str, ...] = ("50", "90", "99")
+) -> tuple[tuple[str, str], ...]:
+    labels = f"{_Q}, {selector}" if selector else _Q
     return tuple(
         (
             f"p{q} {{{{{by}}}}}",
-            f"histogram_quantile(0.{q}, sum by (le, {by}) (rate({metric}_bucket{{{_Q}}}{_RATE})))",
+            f"histogram_quantile(0.{q}, sum by (le, {by}) "
+            f"(rate({metric}_bucket{{{labels}}}{_RATE})))",
         )
-        for q in ("50", "90", "99")
+        for q in quantiles
     )
 
 
@@ -141,7 +146,12 @@ PANELS: tuple[Panel, ...] = (
     Panel(
         "Event loop lag",
         "s",
-        (("{{instance}}", "max by (instance) (lease_worker_event_loop_lag_seconds)"),),
+        (
+            (
+                "{{instance}}",
+                f"max by (namespace, instance) (lease_worker_event_loop_lag_seconds{{{_NS}}})",
+            ),
+        ),
         "How late each worker's event loop wakes up; a blocked loop renews no lease.",
     ),
     Panel(
@@ -171,8 +181,19 @@ PANELS: tuple[Panel, ...] = (
     Panel(
         "Queue service latency",
         "s",
-        _quantiles("lease_worker_api_call_duration_seconds", "operation")[2:],
-        "p99 of calls to the queue service by operation (receive includes its long poll).",
+        _quantiles("lease_worker_api_call_duration_seconds", "operation", 'wait="none"', ("99",)),
+        "p99 of calls to the queue service by operation: the service's latency. Long polls "
+        "(receives allowed to wait for messages) are not here: their time is mostly waiting "
+        "(next panel).",
+    ),
+    Panel(
+        "Receive waits (long polls)",
+        "s",
+        _quantiles(
+            "lease_worker_api_call_duration_seconds", "queue", 'wait="long_poll"', ("50", "99")
+        ),
+        "How long receives allowed to wait for messages took: near the wait (20 s on SQS) "
+        "when the queue is idle, short when messages are there.",
     ),
     Panel(
         "Receives, settle backlog, abandoned threads",
@@ -180,8 +201,11 @@ PANELS: tuple[Panel, ...] = (
         (
             ("empty receives/s {{queue}}", _rate("lease_worker_empty_receives_total")),
             ("receive calls/s {{queue}}", _rate("lease_worker_receive_calls_total")),
-            ("settle backlog", "sum(lease_worker_settle_backlog)"),
-            ("abandoned threads", "sum(lease_worker_abandoned_handler_threads)"),
+            ("settle backlog", f"sum(lease_worker_settle_backlog{{{_NS}}})"),
+            (
+                "abandoned threads",
+                f"sum(lease_worker_abandoned_handler_threads{{{_NS}}})",
+            ),
         ),
         "Receive calls and how many answered nothing, deletes and releases waiting to be "
         "sent, and threads of synchronous handlers that were given up on.",
@@ -220,11 +244,24 @@ def _panel(spec: Panel, index: int) -> timeseries.Panel:
 
 def build() -> dashboard.Dashboard:
     datasource = dashboard.DatasourceVariable("datasource").label("Prometheus").type("prometheus")
+    namespace = (
+        dashboard.QueryVariable("namespace")
+        .label("Namespace")
+        .datasource(_DATASOURCE)
+        .query("label_values(lease_worker_messages_received_total, namespace)")
+        .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(VariableSort.ALPHABETICAL_ASC)
+        .multi(True)
+        .include_all(True)
+        .all_value(".*")
+        .current(VariableOption(selected=True, text="All", value="$__all"))
+        .hide(VariableHide.DONT_HIDE)
+    )
     queue = (
         dashboard.QueryVariable("queue")
         .label("Queue")
         .datasource(_DATASOURCE)
-        .query("label_values(lease_worker_messages_received_total, queue)")
+        .query(f"label_values(lease_worker_messages_received_total{{{_NS}}}, queue)")
         .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
         .sort(VariableSort.ALPHABETICAL_ASC)
         .multi(True)
@@ -243,6 +280,7 @@ def build() -> dashboard.Dashboard:
         .timezone("browser")
         .tooltip(DashboardCursorSync.CROSSHAIR)
         .with_variable(datasource)
+        .with_variable(namespace)
         .with_variable(queue)
     )
     for index, spec in enumerate(PANELS):
