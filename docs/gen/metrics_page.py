@@ -67,10 +67,16 @@ async def _scrape() -> tuple[str, CollectorRegistry]:
 
 
 def _label_names(registry: CollectorRegistry, name: str) -> tuple[str, ...]:
-    """The label names a family declares (prometheus-client keeps them on the metric)."""
+    """The label names a family declares: `labelnames` on the runtime's own families
+    (worker.runtime.families), `_labelnames` on prometheus-client's metrics. Reading only
+    the latter listed the runtime's labelled families without the labels their samples
+    had not shown yet (issue 29)."""
     for collector, names in registry._collector_to_names.items():
         if name in names:
-            return tuple(getattr(collector, "_labelnames", ()))
+            declared = getattr(collector, "labelnames", None)
+            if declared is None:
+                declared = getattr(collector, "_labelnames", ())
+            return tuple(declared)
     return ()
 
 
