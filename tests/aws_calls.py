@@ -36,10 +36,11 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+import anyio
 import botocore.session
 import pytest
 
-__all__ = ["RECORDER", "AwsCallsPlugin", "Call", "Recorder", "feature_of"]
+__all__ = ["RECORDER", "AwsCallsPlugin", "Call", "Recorder", "Tap", "feature_of"]
 
 _ROOT = Path(__file__).resolve().parents[1]
 _PROJECT = tuple(str(_ROOT / part) + "/" for part in ("worker", "backends"))
@@ -126,13 +127,39 @@ def _resource(params: Mapping[str, Any]) -> str:
     return table if isinstance(table, str) else ""
 
 
+class Tap(list[Call]):
+    """The calls made while a `Recorder.tap()` is open, in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._waiting: list[tuple[Callable[[Call], bool], anyio.Event]] = []
+
+    def add(self, call: Call) -> None:
+        self.append(call)
+        for predicate, event in self._waiting:
+            if predicate(call):
+                event.set()
+
+    async def wait_for(self, predicate: Callable[[Call], bool], timeout_s: float = 10.0) -> None:
+        """Until a call matching `predicate` is made (made already: at once)."""
+        if any(predicate(call) for call in self):
+            return
+        event = anyio.Event()
+        self._waiting.append((predicate, event))
+        try:
+            with anyio.fail_after(timeout_s):
+                await event.wait()
+        finally:
+            self._waiting.remove((predicate, event))
+
+
 class Recorder:
     """Keeps every call the project makes in this process (`calls`), and those made while a
     `tap()` is open in that tap's list. Cheap: one walk up the stack per call."""
 
     def __init__(self) -> None:
         self.calls: set[Call] = set()
-        self._taps: list[list[Call]] = []
+        self._taps: list[Tap] = []
         self._installed = False
         self._lock = threading.Lock()
 
@@ -150,13 +177,14 @@ class Recorder:
         )
         with self._lock:
             self.calls.add(dataclasses.replace(call, resource=""))
-            for tap in self._taps:
-                tap.append(call)
+            taps = list(self._taps)
+        for tap in taps:
+            tap.add(call)
 
     @contextmanager
-    def tap(self) -> Iterator[list[Call]]:
+    def tap(self) -> Iterator[Tap]:
         self.install()
-        calls: list[Call] = []
+        calls = Tap()
         self._taps.append(calls)
         try:
             yield calls

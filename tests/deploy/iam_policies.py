@@ -154,3 +154,52 @@ def render_rows(rows: Iterable[tuple[str, str, str, str]]) -> str:
             rows, key=lambda row: (order.index(row[0]), row[1], row[2])
         )
     )
+
+
+def required(
+    call: Call, *, region: str, account: str, sources: Mapping[str, Iterable[str]], context: str
+) -> list[tuple[str, str]]:
+    """(action, resource ARN) pairs one recorded call needs. `sources`: a dead-letter queue's
+    source queues, where a move task without a destination sends; `context`: the queue a
+    call that names none acts on (CancelMessageMoveTask names only a task handle)."""
+    actions = iam_actions(call.service, call.operation)
+    if call.service == "s3":
+        return [(action, f"arn:aws:s3:::{call.resource}") for action in actions]
+    if call.service == "dynamodb":
+        arn = f"arn:aws:dynamodb:{region}:{account}:table/{call.resource}"
+        return [(action, arn) for action in actions]
+    queue = "" if call.operation == "ListQueues" else call.resource or context
+    pairs = [(action, f"arn:aws:sqs:{region}:{account}:{queue}") for action in actions]
+    if call.operation == "StartMessageMoveTask":
+        pairs += [
+            ("sqs:SendMessage", f"arn:aws:sqs:{region}:{account}:{source}")
+            for source in sources.get(queue, ())
+        ]
+    return pairs
+
+
+def denied(
+    calls: Iterable[Call],
+    grants: Mapping[str, Grants],
+    *,
+    region: str,
+    account: str,
+    sources: Mapping[str, Iterable[str]] | None = None,
+    context: str = "",
+) -> list[str]:
+    """One line per action a recorded call needs on its resource that its feature's policy
+    (`grants`: feature -> filled-in policy) does not allow."""
+    lines = set()
+    for call in calls:
+        if call.feature == "provisioning":
+            continue
+        pairs = required(
+            call, region=region, account=account, sources=sources or {}, context=context
+        )
+        for action, arn in pairs:
+            if not grants[call.feature].allows(action, arn):
+                lines.add(
+                    f"{call.feature}: {call.site} calls {call.operation}: "
+                    f"deploy/iam/{FEATURE_POLICIES[call.feature]} does not allow {action} on {arn}"
+                )
+    return sorted(lines)
