@@ -73,9 +73,9 @@ def _label_names(registry: CollectorRegistry, name: str) -> tuple[str, ...]:
     had not shown yet (issue 29)."""
     for collector, names in registry._collector_to_names.items():
         if name in names:
-            declared = getattr(collector, "labelnames", None)
+            declared: tuple[str, ...] | None = getattr(collector, "labelnames", None)
             if declared is None:
-                declared = getattr(collector, "_labelnames", ())
+                declared = tuple(getattr(collector, "_labelnames", ()))
             return tuple(declared)
     return ()
 

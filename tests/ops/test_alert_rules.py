@@ -177,7 +177,9 @@ def expand(template: str, labels: dict[str, str]) -> str:
 def unit_test(case: Case, rule: dict[str, Any]) -> dict[str, Any]:
     labels = {**rule["labels"], **case.labels}
     annotations = {key: expand(text, labels) for key, text in rule["annotations"].items()}
-    checks = [{"eval_time": case.quiet_at, "alertname": case.alert, "exp_alerts": []}]
+    checks: list[dict[str, Any]] = [
+        {"eval_time": case.quiet_at, "alertname": case.alert, "exp_alerts": []}
+    ]
     if case.fires_at is None:
         checks.append({"eval_time": "30m", "alertname": case.alert, "exp_alerts": []})
     else:
