@@ -12,12 +12,19 @@ import ast
 import json
 import re
 from collections.abc import Iterable, Iterator
+from dataclasses import astuple
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import botocore.session
+import pytest
+from botocore import xform_name
 
 from backends import BACKENDS
+from tests.aws_calls import AwsCallsPlugin, Call
+from tests.deploy.iam_policies import FEATURE_POLICIES, PROVISIONING, granted_actions, missing
+from tests.deploy.iam_policies import iam_actions as iam_actions_for
 from tests.deploy.kit import BASE, ROOT, one, rendered
 
 SQS_BACKEND = ROOT / "backends" / "sqs" / "backend.py"
@@ -29,7 +36,16 @@ DEAD_LETTER_METHODS = ("queue_info",)
 #: Backend methods that call nothing on the service (aclose) or only for the embedded engine
 #: (create_queue: `lease-worker run` creates queues only for an embedded backend).
 NOT_SQS_CALLS = {"aclose", "create_queue"}
-PLACEHOLDERS = {"AWS_REGION", "AWS_ACCOUNT_ID", "QUEUE_NAME", "DLQ_NAME"}
+PLACEHOLDERS = {
+    "AWS_REGION",
+    "AWS_ACCOUNT_ID",
+    "QUEUE_NAME",
+    "DLQ_NAME",
+    "TARGET_QUEUE_NAME",
+    "BUCKET_NAME",
+    "KEY_PREFIX",
+    "TABLE_NAME",
+}
 
 
 def _sqs_operation_names() -> frozenset[str]:
@@ -167,15 +183,38 @@ def _placeholders(text: str) -> set[str]:
     return set(re.findall(r"\$\{([A-Z_]+)\}", text))
 
 
+#: The only wildcards in a Resource: `lease-worker dlq list` asks every queue whether it is a
+#: dead-letter queue; a large payload's key is made up per message under the prefix.
+WILDCARDS = {
+    (
+        "dlq-tools-policy.json",
+        "FindTheDeadLetterQueues",
+    ): "arn:aws:sqs:${AWS_REGION}:${AWS_ACCOUNT_ID}:*",
+    (
+        "s3-payloads-policy.json",
+        "ReadAndRemoveLargePayloads",
+    ): "arn:aws:s3:::${BUCKET_NAME}/${KEY_PREFIX}*",
+    ("s3-payloads-policy.json", "StoreLargePayloads"): "arn:aws:s3:::${BUCKET_NAME}/${KEY_PREFIX}*",
+}
+RESOURCE_KINDS = ("arn:aws:sqs:", "arn:aws:s3:::", "arn:aws:dynamodb:")
+
+
 def test_the_policies_grant_nothing_wide() -> None:
-    for name in ("worker-policy.json", "keda-operator-policy.json"):
+    names = [*FEATURE_POLICIES.values(), "keda-operator-policy.json"]
+    assert sorted(p.name for p in IAM.glob("*.json")) == sorted(
+        [*names, "worker-trust-policy.json"]
+    )
+    for name in names:
         policy = _policy(name)
         assert policy["Version"] == "2012-10-17"
         for statement in policy["Statement"]:
             assert statement["Effect"] == "Allow"
             assert all("*" not in action for action in statement["Action"]), name
-            assert statement["Resource"].startswith("arn:aws:sqs:"), name
-            assert "*" not in statement["Resource"], name
+            assert statement["Action"] == sorted(set(statement["Action"])), name
+            resource = statement["Resource"]
+            assert resource.startswith(RESOURCE_KINDS), name
+            if "*" in resource:
+                assert WILDCARDS.get((name, statement["Sid"])) == resource, (name, resource)
         assert _placeholders((IAM / name).read_text()) <= PLACEHOLDERS
 
 
@@ -193,3 +232,103 @@ def test_the_trust_policy_names_the_workers_service_account() -> None:
     assert condition["${OIDC_PROVIDER}:sub"] == f"system:serviceaccount:${{NAMESPACE}}:{account}"
     assert condition["${OIDC_PROVIDER}:aud"] == "sts.amazonaws.com"
     assert statement["Action"] == "sts:AssumeRoleWithWebIdentity"
+
+
+# --- Every AWS operation the code names is granted somewhere (issue 29) -------------------
+
+#: Where the project's AWS calls are made: the runtime and its stores, the real SQS client.
+#: Not backends/smq (not AWS), nor the engine and its emulators (they answer calls).
+SCANNED = [ROOT / "worker", ROOT / "backends" / "sqs"]
+AWS_SERVICES = ("sqs", "s3", "dynamodb")
+
+
+def _operations_by_name() -> dict[str, tuple[str, str]]:
+    """CamelCase and snake_case operation names -> (service, operation)."""
+    session = botocore.session.get_session()
+    found: dict[str, tuple[str, str]] = {}
+    for service in AWS_SERVICES:
+        for operation in session.get_service_model(service).operation_names:
+            found.setdefault(operation, (service, operation))
+            found.setdefault(xform_name(operation), (service, operation))
+    return found
+
+
+def named_operations(paths: Iterable[Path]) -> set[tuple[str, str, str]]:
+    """(file, service, operation) for each operation name in a string constant (what
+    `SqsBackend._call` and the lean path send) or a method called (`s3.put_object(...)`)."""
+    known = _operations_by_name()
+    found = set()
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text())):
+            name = None
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                name = node.value if node.value[:1].isupper() else None
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                name = node.func.attr if _may_be_a_client_call(node.func) else None
+            if name in known:
+                found.add((str(path.relative_to(ROOT)), *known[name]))
+    return found
+
+
+def _may_be_a_client_call(func: ast.Attribute) -> bool:
+    """A one-word operation (query, scan) counts only on something named like a client:
+    a dashboard builder's `.query(...)` is not DynamoDB's Query."""
+    receiver = ast.unparse(func.value).lower()
+    return "_" in func.attr or any(word in receiver for word in ("client", *AWS_SERVICES))
+
+
+def _granted_anywhere() -> set[str]:
+    return {a for name in FEATURE_POLICIES.values() for a in granted_actions(_policy(name))}
+
+
+def test_every_aws_operation_named_in_the_code_is_granted_by_some_policy() -> None:
+    """A call path no test drives still fails here: a new `_call("TagQueue", ...)` or
+    `client.update_item(...)` needs a policy (or is declared provisioning)."""
+    sources = [p for folder in SCANNED for p in folder.rglob("*.py")]
+    named = named_operations(sources)
+    operations = {(service, operation) for _, service, operation in named}
+    assert {("sqs", "ReceiveMessage"), ("s3", "PutObject"), ("dynamodb", "PutItem")} <= operations
+    granted = _granted_anywhere()
+    ungranted = sorted(
+        f"{file}: {service} {operation}"
+        for file, service, operation in named
+        if (service, operation) not in PROVISIONING
+        and not set(iam_actions_for(service, operation)) <= granted
+    )
+    assert ungranted == []
+
+
+def test_the_scan_sees_a_new_call() -> None:
+    new = ROOT / "build" / "iam-scan-probe.py"
+    new.parent.mkdir(exist_ok=True)
+    new.write_text("async def f(client):\n    await client.update_item(TableName='t')\n")
+    try:
+        assert named_operations([new]) == {("build/iam-scan-probe.py", "dynamodb", "UpdateItem")}
+    finally:
+        new.unlink()
+
+
+def test_the_backstop_fails_a_run_whose_calls_a_policy_lacks() -> None:
+    """What tests/aws_calls.py's controller check says when ListMessageMoveTasks is not in
+    the console policy, and that it sets a failing exit status."""
+    call = Call("sqs", "ListMessageMoveTasks", "console", "DeadLetterCalls.list_message_move_tasks")
+    assert missing([call]) == []
+    doctored = {name: _policy(name) for name in FEATURE_POLICIES.values()}
+    for statement in doctored["console-policy.json"]["Statement"]:
+        statement["Action"] = [a for a in statement["Action"] if a != "sqs:ListMessageMoveTasks"]
+    assert missing([call], doctored) == [
+        "console: DeadLetterCalls.list_message_move_tasks calls sqs ListMessageMoveTasks, "
+        "needing sqs:ListMessageMoveTasks: not in deploy/iam/console-policy.json"
+    ]
+    plugin = AwsCallsPlugin(SimpleNamespace())  # type: ignore[arg-type]
+    untagged = Call("sqs", "TagQueue", "worker", "SqsBackend.tag")
+    plugin.pytest_testnodedown(
+        SimpleNamespace(workeroutput={"aws_calls": [list(astuple(untagged))]}), None
+    )
+    session = SimpleNamespace(exitstatus=pytest.ExitCode.OK)
+    plugin.pytest_sessionfinish(session)  # type: ignore[arg-type]
+    assert session.exitstatus == pytest.ExitCode.TESTS_FAILED
+    assert plugin.missing == [
+        "worker: SqsBackend.tag calls sqs TagQueue, needing sqs:TagQueue: "
+        "not in deploy/iam/worker-policy.json"
+    ]
