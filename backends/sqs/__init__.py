@@ -2,9 +2,10 @@
 
 Modules: `backend` (the calls), `settings` (the client's set-up), `wire` (SQS's shapes to and
 from `worker.types`) and `errors` (what is checked before a call, and botocore's exceptions
-mapped onto `worker.errors` after); with `SqsSettings(client="lean")`, `lean` (the hot calls
-sent without botocore's per-call machinery), `lean_wire` (their JSON) and `lean_retry`
-(botocore's standard-mode retry decisions for them).
+mapped onto `worker.errors` after); with `SqsSettings(client="lean")`, the default, `lean`
+(the hot calls sent without botocore's per-call machinery), `lean_wire` (their JSON),
+`lean_signer` (their signature), `lean_retry` (botocore's standard-mode retry decisions for
+them) and `lean_tracing` (their spans).
 """
 
 from backends.sqs.backend import SqsBackend

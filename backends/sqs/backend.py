@@ -8,8 +8,9 @@ sends and reads `backends.sqs.wire`):
 - One client per backend, entered once and closed by `aclose`.
 - What is still failing after botocore's retries is raised once, mapped onto `worker.errors`
   by `backends.sqs.errors.map_error`.
-- With `SqsSettings(client="lean")` the calls in `LEAN_OPERATIONS` go through
-  `backends.sqs.lean` (same parameters, same answers, same errors); the rest through the client.
+- With `SqsSettings(client="lean")` (the default) the calls in `LEAN_OPERATIONS` go through
+  `backends.sqs.lean` (same parameters, same answers, same errors); the rest through the
+  client. `client="botocore"` sends them all through the client.
 - A queue is named by its name or its URL; a name is resolved once (GetQueueUrl) and cached.
 - Batch calls are checked before they leave (at most `limits` entries, distinct well-formed
   ids) with a `ValueError`.

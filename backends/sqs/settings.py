@@ -3,9 +3,11 @@
 Rules this module keeps:
 - Region, endpoint and credentials come from the standard AWS chain unless given explicitly.
 - botocore retries in `standard` mode (`total_max_attempts` counts the first try).
-- `client` picks how the hot calls travel: "botocore" (aiobotocore for everything) or
-  "lean" (`backends.sqs.lean`: receive, delete, extend and send written and read directly,
-  signed and retried by botocore's own parts; everything else stays on aiobotocore).
+- `client` picks how the hot calls travel: "lean", the default (`backends.sqs.lean`:
+  receive, delete, extend and send written and read directly, signed and retried by
+  botocore's own parts, answering and raising what botocore would; everything else stays on
+  aiobotocore), or "botocore" (aiobotocore for everything: the opt-out, for code that hooks
+  botocore's event system or instruments aiobotocore's `_make_api_call` on the hot calls).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ SqsClientKind = Literal["botocore", "lean"]
 #: The values of `SqsSettings.client`.
 SQS_CLIENTS: tuple[str, ...] = get_args(SqsClientKind)
 #: `SqsSettings.client` when none is given (the CLI's and the factory's default too).
-DEFAULT_SQS_CLIENT: SqsClientKind = "botocore"
+DEFAULT_SQS_CLIENT: SqsClientKind = "lean"
 
 _LONGEST_POLL_S = 20
 DEFAULT_SYSTEM_ATTRIBUTES = (
@@ -74,9 +76,10 @@ class SqsSettings:
     #: Message attributes asked for on every receive (only those set cost anything).
     message_attributes: tuple[str, ...] = ("All",)
     #: How ReceiveMessage, DeleteMessageBatch, ChangeMessageVisibilityBatch and
-    #: SendMessageBatch travel: "botocore" (plain aiobotocore) or "lean" (the same calls
-    #: without botocore's generic serialise / event / parse steps; credentials, signing,
-    #: endpoint and standard-mode retries still botocore's).
+    #: SendMessageBatch travel: "lean" (the default: the same calls without botocore's
+    #: generic serialise / event / parse steps; credentials, signing, endpoint and
+    #: standard-mode retries still botocore's, answers and exceptions as botocore's) or
+    #: "botocore" (plain aiobotocore: its event hooks see those calls too).
     client: SqsClientKind = DEFAULT_SQS_CLIENT
 
     def __post_init__(self) -> None:

@@ -6,9 +6,13 @@
   credentials set explicitly, region us-east-1; every test makes its own uniquely named queues.
 - `endpoint`: `SqsBackend` against our own SQS endpoint (`backends.serve.sqs.endpoint`) over the
   in-memory engine, served from a background thread for the whole session, in real time.
-- `moto-lean`, `endpoint-lean`: the same two with `SqsSettings(client="lean")`, so the hot calls
-  (receive, delete, extend, send) go through `backends.sqs.lean` and speak SQS's JSON protocol
-  without botocore's serialiser and parser. Our endpoint's query protocol is not reached from
+  Both with the default SQS client (`DEFAULT_SQS_CLIENT`: the lean path, so the hot calls,
+  receive, delete, extend and send, go through `backends.sqs.lean` and speak SQS's JSON
+  protocol without botocore's serialiser and parser).
+- `moto-botocore`, `endpoint-botocore`: the same two with the opt-out,
+  `SqsSettings(client="botocore")`, every call through aiobotocore. `scripts/test`'s uvloop
+  pass leaves these out (`-k "not botocore"`): the loop is what it checks, and the default
+  client is the one that runs on it. Our endpoint's query protocol is not reached from
   here: botocore has spoken JSON to SQS since 1.31.81 and no longer ships the query model
   (the endpoint's own tests speak the query protocol).
 - `@pytest.mark.moto_gap("reason")` marks a rule that real SQS keeps and moto does not: on the
@@ -27,6 +31,7 @@ import pytest_asyncio
 
 from backends.serve.sqs.endpoint import SqsEndpoint, sqs_endpoint_in_thread
 from backends.sqs import SqsBackend, SqsSettings
+from backends.sqs.settings import DEFAULT_SQS_CLIENT
 from tests.contract import ContractBackend, MakeQueue
 from tests.moto_server import (
     MOTO_ACCESS_KEY,
@@ -58,7 +63,7 @@ def _memory_backend_class() -> Any:
     return module.MemoryBackend
 
 
-@pytest.fixture(params=["memory", "moto", "endpoint", "moto-lean", "endpoint-lean"])
+@pytest.fixture(params=["memory", "moto", "endpoint", "moto-botocore", "endpoint-botocore"])
 def backend_kind(request: pytest.FixtureRequest) -> str:
     kind: str = request.param
     if kind == "memory":
@@ -96,7 +101,7 @@ async def backend(
         max_attempts=2,
         connect_timeout_s=2.0,
         read_timeout_s=25.0,
-        client="lean" if client == "lean" else "botocore",
+        client="botocore" if client == "botocore" else DEFAULT_SQS_CLIENT,
     )
     sqs = await SqsBackend.connect(settings)
     try:

@@ -20,10 +20,10 @@ the margin, though the client's read timeout is above the 20 s long poll; and a 
 answer comes after the deadline (latency) cannot be trusted, since SQS may have handed the
 message to another consumer meanwhile: the lease is lost and its handler stopped.
 
-The worker's client runs with `SqsSettings(client="botocore")` everywhere, and with the lean
-path (`client="lean"`) on one test of each kind of fault (an error answer, a reset, a
-blackhole, a late answer), to keep the suite's time: each test here is several seconds of
-real time.
+The worker's client runs with the default client (`DEFAULT_SQS_CLIENT`, the lean path)
+everywhere, and with the opt-out (`client="botocore"`) on one test of each kind of fault (an
+error answer, a reset, a blackhole, a late answer), to keep the suite's time: each test here
+is several seconds of real time.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ import anyio
 import pytest
 
 from backends.sqs import SqsBackend, SqsSettings
-from backends.sqs.settings import SqsClientKind
+from backends.sqs.settings import DEFAULT_SQS_CLIENT, SqsClientKind
 from tests.fault_proxy import Fault, FaultProxy
 from tests.moto_server import MOTO_ACCESS_KEY, MOTO_REGION, MOTO_SECRET_KEY, MotoServer, start_moto
 from worker import (
@@ -84,7 +84,7 @@ CONFIG = WorkerConfig(
 )
 
 
-def _settings(endpoint_url: str, client: SqsClientKind = "botocore") -> SqsSettings:
+def _settings(endpoint_url: str, client: SqsClientKind = DEFAULT_SQS_CLIENT) -> SqsSettings:
     # Two attempts, the second after at most 1 s (standard mode's backoff), and then the
     # lease keeper's own retries every 0.5 s: all inside the 4 s margin. The read timeout
     # cannot go below 20 s (long polls): a request that is never answered is given up by the
@@ -117,7 +117,7 @@ class Rig:
 
 
 @asynccontextmanager
-async def rig(moto: MotoServer, client: SqsClientKind = "botocore") -> AsyncIterator[Rig]:
+async def rig(moto: MotoServer, client: SqsClientKind = DEFAULT_SQS_CLIENT) -> AsyncIterator[Rig]:
     """`client`: the worker's client (the one through the proxy)."""
     # Entered in the test's own task (not a fixture): the proxy's task group must be left
     # by the task that entered it.
@@ -131,7 +131,7 @@ async def rig(moto: MotoServer, client: SqsClientKind = "botocore") -> AsyncIter
 
 @asynccontextmanager
 async def _connected(
-    endpoint_url: str, client: SqsClientKind = "botocore"
+    endpoint_url: str, client: SqsClientKind = DEFAULT_SQS_CLIENT
 ) -> AsyncIterator[SqsBackend]:
     backend = await SqsBackend.connect(_settings(endpoint_url, client))
     try:
@@ -216,18 +216,18 @@ class Handlers:
 
 
 FAULTS_SHORTER_THAN_THE_MARGIN = [
-    pytest.param(Fault.throttling(), "RequestThrottled", "botocore", id="throttling-400"),
-    pytest.param(Fault.internal_error(), "InternalError", "botocore", id="http-500"),
-    pytest.param(Fault.unavailable(), "ServiceUnavailable", "botocore", id="http-503"),
-    pytest.param(Fault.reset(), None, "botocore", id="connection-reset"),
+    pytest.param(Fault.throttling(), "RequestThrottled", "lean", id="throttling-400"),
+    pytest.param(Fault.internal_error(), "InternalError", "lean", id="http-500"),
+    pytest.param(Fault.unavailable(), "ServiceUnavailable", "lean", id="http-503"),
+    pytest.param(Fault.reset(), None, "lean", id="connection-reset"),
     pytest.param(
-        Fault.throttling(ops=[RENEW]), "RequestThrottled", "botocore", id="renewals-only-throttled"
+        Fault.throttling(ops=[RENEW]), "RequestThrottled", "lean", id="renewals-only-throttled"
     ),
-    pytest.param(Fault.blackhole(), "Timeout", "botocore", id="timeout-blackhole"),
-    # The lean path: one fault of each kind.
-    pytest.param(Fault.throttling(), "RequestThrottled", "lean", id="lean-throttling-400"),
-    pytest.param(Fault.reset(), None, "lean", id="lean-connection-reset"),
-    pytest.param(Fault.blackhole(), "Timeout", "lean", id="lean-timeout-blackhole"),
+    pytest.param(Fault.blackhole(), "Timeout", "lean", id="timeout-blackhole"),
+    # The opt-out (plain aiobotocore): one fault of each kind.
+    pytest.param(Fault.throttling(), "RequestThrottled", "botocore", id="botocore-throttling-400"),
+    pytest.param(Fault.reset(), None, "botocore", id="botocore-connection-reset"),
+    pytest.param(Fault.blackhole(), "Timeout", "botocore", id="botocore-timeout-blackhole"),
 ]
 
 
