@@ -30,7 +30,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import OrderedDict
-from collections.abc import Collection, Iterable
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from backends.memory.message import Message, MessageState
@@ -63,20 +63,24 @@ class FairCounts:
 class Tenants:
     """The tenants over a standard queue's `in_flight` ids (its own set, only counted here).
 
-    The queue reports every move of a message: `left(message)` while the message still
-    has its old state, `entered(message)` once it has its new one, each after the queue's
-    own sets are updated. `visible` seeds the ungrouped stream, in order, when the queue's
-    first grouped message arrives (so every message already there has no group).
+    The queue reports every move of a message, after its own sets are updated: `taken`
+    (received), `shown` (turned visible), and otherwise `entered(message)` once the message
+    has its state, `left(message)` while it still has the one it leaves. `visible` seeds the
+    ungrouped stream, in order, when the queue's first grouped message arrives (so every
+    message already there has no group).
     """
 
-    def __init__(self, visible: Iterable[str], in_flight: Collection[str]) -> None:
+    def __init__(self, visible: Collection[str], in_flight: Collection[str]) -> None:
+        self._visible_ids = visible
         self._in_flight_ids = in_flight
         self._seq = itertools.count()
         #: Each tenant's visible message ids, oldest first, with the order they turned visible.
         self._visible: dict[_Tenant, OrderedDict[str, int]] = {}
-        #: (sequence, tenant) of each tenant's oldest visible message; stale entries are
-        #: skipped when met (lazy deletion, as the queue's timers).
+        #: One (sequence, tenant) a tenant: no later than its oldest visible message's
+        #: sequence (that only grows), brought up to date when met in `pick`, so the plain
+        #: path pushes nothing. `_queued` holds the sequence of each tenant's entry.
         self._heads: list[tuple[int, _Tenant]] = []
+        self._queued: dict[_Tenant, int] = {}
         self._in_flight: dict[str, int] = {}
         self._delayed: dict[str, int] = {}
         #: Tenants with at least NOISY_MIN_IN_FLIGHT in flight, by their count.
@@ -86,6 +90,19 @@ class Tenants:
             self._became_visible(message_id, None)
 
     # -- moves the queue reports --------------------------------------------------------
+
+    def taken(self, message: Message) -> None:
+        """`message` has just been received (VISIBLE to IN_FLIGHT)."""
+        self._left_visible(message.message_id, message.group_id)
+        self._took_flight(message.group_id)
+
+    def shown(self, message: Message, was: MessageState | None) -> None:
+        """`message` has just turned VISIBLE from `was` (None: it was in no state yet)."""
+        if was is MessageState.IN_FLIGHT:
+            self._left_flight(message.group_id)
+        elif was is MessageState.DELAYED:
+            self._count_delayed(message.group_id, -1)
+        self._became_visible(message.message_id, message.group_id)
 
     def entered(self, message: Message) -> None:
         """`message` has just turned DELAYED, VISIBLE or IN_FLIGHT (its state now)."""
@@ -108,26 +125,27 @@ class Tenants:
     def _became_visible(self, message_id: str, tenant: _Tenant) -> None:
         stream = self._visible.get(tenant)
         seq = next(self._seq)
-        if stream is None:
-            self._visible[tenant] = stream = OrderedDict()
+        if stream is not None:
+            stream[message_id] = seq
+            return
+        self._visible[tenant] = OrderedDict({message_id: seq})
+        if tenant not in self._queued:
             self._push_head(seq, tenant)
-        stream[message_id] = seq
 
     def _left_visible(self, message_id: str, tenant: _Tenant) -> None:
         stream = self._visible[tenant]
-        was_head = next(iter(stream)) == message_id
         del stream[message_id]
         if not stream:
             del self._visible[tenant]
-        elif was_head:
-            self._push_head(next(iter(stream.values())), tenant)
 
     def _took_flight(self, tenant: _Tenant) -> None:
         if tenant is not None:
             self._recount(tenant, +1)
-        # A larger total can only end noisiness, and only that of a tenant already noisy.
-        if self._noisy:
-            self._noisy = {t for t in self._noisy if self._is_noisy(t)}
+        # A larger total ends the noise of exactly the tenants whose count times ten it
+        # now equals (no longer more than a tenth).
+        edge, remainder = divmod(len(self._in_flight_ids), NOISY_SHARE_ONE_IN)
+        if remainder == 0 and self._noisy:
+            self._noisy.difference_update(self._by_count.get(edge, ()))
         if tenant is not None and self._is_noisy(tenant):
             self._noisy.add(tenant)
 
@@ -140,7 +158,7 @@ class Tenants:
         # more than the total (they were at the edge, and their own counts did not move).
         edge, remainder = divmod(len(self._in_flight_ids) + 1, NOISY_SHARE_ONE_IN)
         if remainder == 0:
-            self._noisy.update(t for t in self._by_count.get(edge, ()) if self._is_noisy(t))
+            self._noisy.update(self._by_count.get(edge, ()))
 
     def _count_delayed(self, tenant: _Tenant, change: int) -> None:
         if tenant is not None:
@@ -153,23 +171,31 @@ class Tenants:
     # -- serving ------------------------------------------------------------------------
 
     def pick(self) -> str | None:
-        """The id of the message fairness hands out next; None while no tenant is noisy
-        (then the queue's own order holds) or when nothing is visible."""
+        """The id of the message fairness hands out next; None where the queue's own order
+        gives the same (no tenant noisy, or all that is visible one noisy tenant's)."""
         if not self._noisy:
             return None
-        set_aside: list[tuple[int, _Tenant]] = []
+        noisy = [stream for t in self._noisy if (stream := self._visible.get(t))]
+        if sum(map(len, noisy)) == len(self._visible_ids):  # no quiet tenant has any
+            # One noisy tenant holds all that is visible: the plain order serves it.
+            return None if len(noisy) < 2 else self._least_busy_noisy_head()
+        heads, set_aside = self._heads, []
         found: str | None = None
-        while self._heads and found is None:
-            seq, tenant = self._heads[0]
+        while heads and found is None:
+            seq, tenant = heads[0]
             head = self._head(tenant)
-            if head is None or head[1] != seq:
-                heapq.heappop(self._heads)  # stale
+            if head is None:  # nothing visible: the tenant gets an entry when it has
+                heapq.heappop(heads)
+                del self._queued[tenant]
+            elif head[1] != seq:  # its oldest was taken since: move the entry up to date
+                heapq.heapreplace(heads, (head[1], tenant))
+                self._queued[tenant] = head[1]
             elif tenant in self._noisy:
-                set_aside.append(heapq.heappop(self._heads))
+                set_aside.append(heapq.heappop(heads))
             else:
                 found = head[0]
         for entry in set_aside:
-            heapq.heappush(self._heads, entry)
+            heapq.heappush(heads, entry)
         return found if found is not None else self._least_busy_noisy_head()
 
     @property
@@ -195,19 +221,25 @@ class Tenants:
         )
 
     def _recount(self, tenant: str, change: int) -> None:
-        old = self._in_flight.get(tenant, 0)
+        counts, by_count = self._in_flight, self._by_count
+        old = counts.get(tenant, 0)
         new = old + change
         if new:
-            self._in_flight[tenant] = new
+            counts[tenant] = new
         else:
-            del self._in_flight[tenant]
+            del counts[tenant]
         if old >= NOISY_MIN_IN_FLIGHT:
-            at_old = self._by_count[old]
-            at_old.discard(tenant)
-            if not at_old:
-                del self._by_count[old]
+            at_old = by_count[old]
+            if len(at_old) == 1:
+                del by_count[old]
+            else:
+                at_old.discard(tenant)
         if new >= NOISY_MIN_IN_FLIGHT:
-            self._by_count.setdefault(new, set()).add(tenant)
+            at_new = by_count.get(new)
+            if at_new is None:
+                by_count[new] = {tenant}
+            else:
+                at_new.add(tenant)
 
     def _head(self, tenant: _Tenant) -> tuple[str, int] | None:
         stream = self._visible.get(tenant)
@@ -225,12 +257,11 @@ class Tenants:
 
     def _push_head(self, seq: int, tenant: _Tenant) -> None:
         heapq.heappush(self._heads, (seq, tenant))
-        # The oldest message of a tenant changes with every one taken: prune now and then
-        # (amortized O(1): the heap at least halves each time).
+        self._queued[tenant] = seq
+        # Tenants that had visible messages once keep their entries until `pick` meets
+        # them; with many tenants and no noise, rebuild now and then from those that have
+        # some (amortized O(1): the heap at least halves each time).
         if len(self._heads) > 2 * len(self._visible) + 64:
-            self._heads = [(s, t) for s, t in self._heads if self._is_head(s, t)]
+            self._queued = {t: next(iter(s.values())) for t, s in self._visible.items()}
+            self._heads = [(seq, t) for t, seq in self._queued.items()]
             heapq.heapify(self._heads)
-
-    def _is_head(self, seq: int, tenant: _Tenant) -> bool:
-        head = self._head(tenant)
-        return head is not None and head[1] == seq

@@ -373,19 +373,18 @@ class Queue:
     def _make_visible(self, message: Message) -> None:
         message_id = message.message_id
         was_in_flight = message.state is MessageState.IN_FLIGHT
-        # A message new or restored VISIBLE was in neither set, so it left nothing.
-        left = was_in_flight or message_id in self.delayed
+        tenants, was = self._tenants, None
+        if tenants is not None and (was_in_flight or message_id in self.delayed):
+            was = message.state  # (a message new or restored VISIBLE was in neither set)
         if was_in_flight:
             self.in_flight.discard(message_id)
         else:
             self.delayed.discard(message_id)
-        if left and self._tenants is not None:
-            self._tenants.left(message)
         message.state = MessageState.VISIBLE
         self.visible[message_id] = None
         self._groups.became_visible(message, was_in_flight=was_in_flight)
-        if self._tenants is not None:
-            self._tenants.entered(message)
+        if tenants is not None:
+            tenants.shown(message, was)
 
     def _mark_in_flight(self, message: Message, deliver: Callable[[Message], None]) -> None:
         old_handle = message.receipt_handle
@@ -395,15 +394,13 @@ class Queue:
         assert message.receipt_handle is not None, "deliver() must set a receipt handle"
         self.handles[message.receipt_handle] = message.message_id
         del self.visible[message.message_id]
-        if self._tenants is not None:
-            self._tenants.left(message)
         self.in_flight.add(message.message_id)
         message.state = MessageState.IN_FLIGHT
         message.generation += 1
         self._push_timer(message)
         self._groups.took_flight(message)
         if self._tenants is not None:
-            self._tenants.entered(message)
+            self._tenants.taken(message)
 
     def _track_tenant(self, message: Message) -> None:
         """Start keeping fair-queue tenants at a standard queue's first grouped message."""
