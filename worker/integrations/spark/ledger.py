@@ -7,10 +7,12 @@ Rules:
 - An offset is `{"run": R, "n": N}`: R names this reader's process (a restarted query gets a
   new one), N counts the offsets this run handed out. Spark only compares offsets for
   equality, so a new run's offsets need not order after an old run's.
-- Messages received for `latestOffset` belong to the offset it returns; a batch (start, end]
-  of this run is the messages of the offsets after `start` up to `end`.
+- Messages are received ahead (`take`): held, renewed, but in no offset yet (pending).
+  `latestOffset` gives the pending ones, oldest first and at most `most`, to the offset it
+  returns; a batch (start, end] of this run is the messages of the offsets after `start` up
+  to `end`. A pending message is in no batch, so no commit deletes it.
 - A batch whose end names another run is a replay after a restart: the old run's messages
-  are gone with its process, so the replay is served with messages received now (the failed
+  are gone with its process, so the replay is served with the pending messages (the failed
   batch's messages, released or lapsed, come back through the queue), once, and remembered.
 - `commit(end)` makes every message up to `end` deletable; nothing else is ever deleted.
 - Spark commits batch N only while planning batch N+1: when nothing new came in but planned
@@ -33,6 +35,9 @@ __all__ = ["Held", "Ledger", "Offset"]
 
 Offset = dict[str, Any]
 
+#: The offset number of a message received ahead, in no offset yet.
+PENDING = 0
+
 
 @dataclass(slots=True)
 class Held:
@@ -41,7 +46,7 @@ class Held:
     message: ReceivedMessage
     handle: str
     deadline: float
-    #: The offset number it belongs to (this run's), or -1 for a replayed batch.
+    #: The offset number it belongs to (this run's), -1 for a replayed batch, or PENDING.
     number: int
     #: The replayed batch's key (its end offset as JSON), for a replayed batch only.
     replay: str | None = None
@@ -59,20 +64,40 @@ class Ledger:
     #: The highest offset number some batch's partitions were planned up to.
     planned: int = 0
     replays: dict[str, list[str]] = field(default_factory=dict)
+    #: Pending message ids in the order they arrived (lost ones are skipped when taken).
+    pending: list[str] = field(default_factory=list)
 
     def initial(self) -> Offset:
         return {"run": self.run, "n": 0}
 
+    def take(self, received: Iterable[ReceivedMessage], now: float) -> None:
+        """Hold `received` as pending (a message held already is not taken twice)."""
+        for message in received:
+            if message.message_id not in self.held:
+                self._hold(message, now, PENDING, None)
+                self.pending.append(message.message_id)
+
+    def pending_count(self) -> int:
+        return len(self.pending)
+
     def latest(
-        self, received: Iterable[ReceivedMessage], now: float, start: Offset | None
+        self,
+        received: Iterable[ReceivedMessage],
+        now: float,
+        start: Offset | None,
+        most: int | None = None,
     ) -> Offset:
-        """Take in `received` and answer the offset that ends them (see the rules)."""
-        fresh = [message for message in received if message.message_id not in self.held]
-        waiting = any(held.number <= self.planned for held in self.held.values())
+        """Take in `received`, give up to `most` pending messages a new offset and answer the
+        offset that ends them (see the rules)."""
+        self.take(received, now)
+        fresh = self._take_pending(most)
+        waiting = any(
+            held.number != PENDING and held.number <= self.planned for held in self.held.values()
+        )
         if fresh or waiting:
             self.number += 1
-            for message in fresh:
-                self._hold(message, now, self.number, None)
+            for held in fresh:
+                held.number = self.number
         elif start is not None:
             return start
         return {"run": self.run, "n": self.number}
@@ -90,11 +115,13 @@ class Ledger:
         return [held.message for held in sorted(chosen, key=lambda held: held.number)]
 
     def serve_replay(self, end: Offset, received: Iterable[ReceivedMessage], now: float) -> None:
+        """Serve the replay ending at `end` with the pending messages and `received`."""
+        self.take(received, now)
         key = _key(end)
-        fresh = [message for message in received if message.message_id not in self.held]
-        for message in fresh:
-            self._hold(message, now, -1, key)
-        self.replays[key] = [message.message_id for message in fresh]
+        served = self._take_pending(None)
+        for held in served:
+            held.number, held.replay = -1, key
+        self.replays[key] = [held.message.message_id for held in served]
 
     def committed(self, end: Offset) -> list[Held]:
         """Take out and answer every held message that `commit(end)` makes deletable."""
@@ -112,8 +139,10 @@ class Ledger:
         """Held messages whose lease must be renewed now."""
         return [held for held in self.held.values() if held.deadline - now <= self.margin_s]
 
-    def renewed(self, message_id: str, handle: str, now: float) -> None:
-        held = self.held.get(message_id)
+    def renewed(self, message: str | Held, handle: str, now: float) -> None:
+        """A renewal sent at `now` answered `handle`. Given the `Held` itself, a message
+        taken out meanwhile (committed, its delete waiting) adopts the handle too."""
+        held = self.held.get(message) if isinstance(message, str) else message
         if held is not None:
             held.handle, held.deadline = handle, now + self.extension_s
 
@@ -125,11 +154,17 @@ class Ledger:
         everything = list(self.held.values())
         self.held.clear()
         self.replays.clear()
+        self.pending.clear()
         return everything
 
     def next_due(self) -> float | None:
         deadlines = [held.deadline for held in self.held.values()]
         return min(deadlines) - self.margin_s if deadlines else None
+
+    def _take_pending(self, most: int | None) -> list[Held]:
+        count = len(self.pending) if most is None else min(most, len(self.pending))
+        taken, self.pending = self.pending[:count], self.pending[count:]
+        return [self.held[i] for i in taken if i in self.held]
 
     def _hold(self, message: ReceivedMessage, now: float, number: int, replay: str | None) -> None:
         # Counted from the answer's arrival: a safe side estimate is the caller's job

@@ -35,9 +35,10 @@ default trigger an idle query asks for new offsets ~70 times a second.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
+import pyarrow as pa  # type: ignore[import-untyped]
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import (
     DataSource,
@@ -62,15 +63,36 @@ SCHEMA = StructType(
         StructField("group_id", StringType(), nullable=True),
     ]
 )
-Row = tuple[str, str, str, int, str | None]
+#: SCHEMA in Arrow's terms, as Spark checks a `RecordBatch` that `read` yields against it.
+ARROW_SCHEMA = pa.schema(
+    [
+        pa.field("message_id", pa.string(), nullable=False),
+        pa.field("queue", pa.string(), nullable=False),
+        pa.field("body", pa.string(), nullable=False),
+        pa.field("receive_count", pa.int32(), nullable=False),
+        pa.field("group_id", pa.string(), nullable=True),
+    ]
+)
 
 
 class MessageRows(InputPartition):
-    """One partition of a micro-batch: the rows themselves (`read` runs elsewhere)."""
+    """One partition of a micro-batch: its rows as columns (`read` runs elsewhere, and makes
+    them one Arrow `RecordBatch`: no Python object per row on either side)."""
 
-    def __init__(self, rows: list[Row]) -> None:
-        super().__init__(len(rows))
-        self.rows = rows
+    def __init__(self, messages: Sequence[ReceivedMessage]) -> None:
+        super().__init__(len(messages))
+        self.columns = (
+            [m.message_id for m in messages],
+            [m.queue for m in messages],
+            [m.body for m in messages],
+            [m.receive_count for m in messages],
+            [m.group_id for m in messages],
+        )
+
+    def record_batch(self) -> pa.RecordBatch:
+        fields = zip(self.columns, ARROW_SCHEMA, strict=True)
+        arrays = [pa.array(column, type=field.type) for column, field in fields]
+        return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
 
 
 class LeasedQueueReader(DataSourceStreamReader):
@@ -108,13 +130,12 @@ class LeasedQueueReader(DataSourceStreamReader):
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         holder = self._held()
         messages: list[ReceivedMessage] = holder.call(holder.batch, start, end)
-        rows = [_row(message) for message in messages]
         size = self._rows_per_partition
-        return [MessageRows(rows[i : i + size]) for i in range(0, len(rows), size)]
+        return [MessageRows(messages[i : i + size]) for i in range(0, len(messages), size)]
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, MessageRows)
-        return iter(partition.rows)
+        return iter([partition.record_batch()])
 
     def commit(self, end: dict[str, Any]) -> None:
         holder = self._held()
@@ -161,16 +182,6 @@ def read_leased_queue(
     return reader.load()
 
 
-def _row(message: ReceivedMessage) -> Row:
-    return (
-        message.message_id,
-        message.queue,
-        message.body,
-        message.receive_count,
-        message.group_id,
-    )
-
-
 def _settings(options: Mapping[str, str]) -> tuple[HolderSettings, int]:
     queue = options.get("queue")
     if not queue:
@@ -189,6 +200,7 @@ def _settings(options: Mapping[str, str]) -> tuple[HolderSettings, int]:
         extension_s=int(extension),
         margin_s=margin,
         wait_s=_number(options, "wait_s", 1, low=0, high=20),
+        concurrency=int(_number(options, "concurrency", 4, low=1, high=64)),
     )
     return settings, int(_number(options, "rows_per_partition", 500, low=1, high=1_000_000))
 
