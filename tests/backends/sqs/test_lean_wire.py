@@ -313,3 +313,15 @@ async def test_the_retry_quota_runs_out_and_comes_back_after_successes(
     context: dict[str, Any] = {"retry_quota_capacity": cost}
     retry.succeeded(context, 200)
     assert await retry.delay("DeleteMessageBatch", 1, {}, answer=answer) is not None
+
+
+def test_an_unreadable_answer_maps_as_transient() -> None:
+    """A garbled 2xx answer (the lean path's stricter reading) is retried by the runtime
+    with its backoff, not a fatal error that stops the worker."""
+    from botocore.parsers import ResponseParserError
+
+    from backends.sqs.errors import map_error
+    from worker.errors import TransientBackendError
+
+    error = map_error(ResponseParserError("ReceiveMessage: unreadable answer"), operation="X")
+    assert isinstance(error, TransientBackendError)
