@@ -70,3 +70,25 @@ def test_leases_fall_due_a_margin_before_their_deadline_and_renewal_moves_them()
     assert ledger.next_due() == 141
     assert [h.message.message_id for h in ledger.lost(["m1", "m9"])] == ["m1"]
     assert ledger.next_due() is None
+
+
+def test_messages_received_ahead_are_in_no_batch_until_an_offset_takes_them() -> None:
+    ledger = _ledger()
+    start = ledger.initial()
+    ledger.take([_message(n) for n in range(1, 6)], now=0)
+    assert ledger.committed({"run": "r1", "n": 9}) == []  # pending: no commit deletes them
+    assert [h.message.message_id for h in ledger.due(20)] == [f"m{n}" for n in range(1, 6)]
+    first = ledger.latest([], now=1, start=start, most=3)  # the oldest three
+    assert [m.message_id for m in ledger.batch(start, first) or []] == ["m1", "m2", "m3"]
+    second = ledger.latest([], now=2, start=first)
+    assert [m.message_id for m in ledger.batch(first, second) or []] == ["m4", "m5"]
+    assert ledger.pending_count() == 0
+
+
+def test_a_renewal_answered_after_the_commit_still_gives_the_message_its_new_handle() -> None:
+    ledger = _ledger()
+    end = ledger.latest([_message(1)], now=0, start=None)
+    [held] = ledger.due(20)  # a renewal round takes it ...
+    [done] = ledger.committed(end)  # ... the batch is committed while it is on the wire
+    ledger.renewed(held, "h1-new", now=21)
+    assert done.handle == "h1-new"  # its delete uses the handle the renewal answered
