@@ -164,8 +164,8 @@ def _backend_calls(path: Path) -> Iterator[str]:
 def test_the_runtime_calls_no_other_backend_method() -> None:
     """What `lease-worker run` can call on a backend. Not the runtime's own calls:
     worker/testing.py (a test harness that sends), worker/producer.py (the application's
-    sends: a handler that sends needs SendMessage on its target queues, granted by the
-    application, deploy/README.md says so) and worker/integrations (the Spark pipeline, a
+    sends: a handler that sends needs SendMessage on its target queues, granted by
+    deploy/iam/producer-policy.json) and worker/integrations (the Spark pipeline, a
     driver of its own whose queue sink sends)."""
     integrations = ROOT / "worker" / "integrations"
     sources = [
