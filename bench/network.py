@@ -49,13 +49,13 @@ NAMES = (
     "lease-worker",
     "lease-worker, lean path, uvloop",
     "aws-sqs-consumer",
-    "floor: raw aiobotocore loop",
+    "bare aiobotocore loop",
 )
 #: The full-size run: messages per contender at every delay, and rounds of each.
 MESSAGES = 3_000
 ROUNDS = 3
 PEER = "aws-sqs-consumer"
-FLOOR = "floor: raw aiobotocore loop"
+FLOOR = "bare aiobotocore loop"
 
 
 @dataclass(frozen=True, slots=True)

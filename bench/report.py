@@ -33,7 +33,8 @@ from bench import (
     smq_renewals,
 )
 from bench._plots import plot
-from bench.goals import goals_table
+from bench.goals import goals_table, read_spark
+from bench.peers.contenders import defaults
 from worker.cli.logging import configure_logging
 
 T = TypeVar("T")
@@ -296,9 +297,18 @@ def page(figures: Figures, command: str, images: Path) -> str:
         "",
         *environment(command),
         "",
-        "## Issue 20's goals at a glance",
+        "## Issue 33's goals at a glance",
         "",
-        *goals_table(figures.engine, figures.scale, figures.rows),
+        f"The default configuration is `lease-worker run` with no flags: {defaults().says()} "
+        "at this commit (read from the code when the run starts).",
+        "",
+        *goals_table(
+            figures.engine,
+            figures.scale,
+            figures.rows,
+            figures.long_rows,
+            read_spark(images / "spark_source.json"),
+        ),
         *network.goals(figures.network),
         "",
         *_engine_sections(figures, images),

@@ -24,6 +24,10 @@ PEERS = Path(__file__).resolve().parent
 ROOT = PEERS.parents[1]
 PEER_PYTHON = PEERS / ".venv" / "bin" / "python"
 CONCURRENCY = 10
+#: What Celery drains each round (about 150 msgs/s: the full size would take minutes).
+CELERY_MESSAGES = 2_000
+#: The floor's row: a serial drain with raw HTTP/1.1 and botocore's signer.
+FLOOR = "floor: raw HTTP/1.1 and botocore's signer"
 #: dramatiq's default: one worker process per core.
 DRAMATIQ_PROCESSES = os.cpu_count() or 1
 
@@ -39,8 +43,10 @@ class Contender:
     env: dict[str, str] = field(default_factory=dict)
     #: "node", "python-peers" or "" (the project's own venv).
     needs: str = ""
-    #: Bodies must be dramatiq messages.
-    dramatiq: bool = False
+    #: What the queue's bodies must be: "plain" JSON, "dramatiq" or "celery" task messages.
+    body: str = "plain"
+    #: Drain at most this many messages (a contender too slow for the full size).
+    max_messages: int | None = None
     #: `lease-worker run` options it uses that older versions lack (skipped without them).
     options: tuple[str, ...] = ()
     #: Worker processes (the scale-out section reads lease-worker's rows by this).
@@ -48,6 +54,12 @@ class Contender:
     #: Run at smoke size too; False for lease-worker's in-between configurations (one
     #: option of two, several processes without the options), whose code the others run.
     smoke: bool = True
+    #: A named lease-worker configuration that is what no flags mean at this commit.
+    same_as_default: bool = False
+
+    @property
+    def is_floor(self) -> bool:
+        return self.name.startswith("floor")
 
 
 #: lease-worker as the CLI runs it, with the peers' budget of messages held at once.
@@ -56,18 +68,62 @@ _LEASE_WORKER = (
     *("--endpoint-url", "{endpoint}", "--region", "us-east-1"),
     *("--max-in-flight", str(CONCURRENCY), "--log-level", "warning"),
 )
-#: Issue 20's performance options: (name suffix, arguments, what the settings list says).
-_LEAN = ("lean path", ("--sqs-client", "lean"), "`--sqs-client lean`")
-_UVLOOP = ("uvloop", ("--loop", "uvloop"), "`--loop uvloop`")
 _CORES = os.cpu_count() or 1
+#: How each SQS client and loop shows in a row's name.
+_CLIENT_NAMES = {"lean": "lean path", "botocore": "botocore client"}
+
+
+@dataclass(frozen=True, slots=True)
+class Defaults:
+    """What `lease-worker run` does with no flags, read from the code at measurement time."""
+
+    client: str
+    loop: str
+
+    def says(self) -> str:
+        return f"the {_CLIENT_NAMES.get(self.client, self.client)} and the {self.loop} loop"
+
+
+def defaults() -> Defaults:
+    """`backends.factory.DEFAULT_SQS_CLIENT` and `lease-worker run --loop`'s default, so that
+    the "default" row follows the code when either changes."""
+    from backends.factory import DEFAULT_SQS_CLIENT
+    from worker.cli.run import OPTIONS
+
+    loop = next(
+        option.default for group in OPTIONS.values() for option in group if option.flag == "--loop"
+    )
+    return Defaults(str(DEFAULT_SQS_CLIENT), str(loop or "asyncio"))
+
+
+#: (client, loop) of each named configuration: None leaves that flag out (the default).
+_CONFIGS: tuple[tuple[str | None, str | None], ...] = (
+    (None, None),
+    ("lean", None),
+    ("botocore", None),
+    ("lean", "uvloop"),
+    ("botocore", "uvloop"),
+)
+
+
+def _name(client: str | None, loop: str | None) -> str:
+    parts = ["lease-worker"]
+    if client is not None:
+        parts.append(_CLIENT_NAMES[client])
+    if loop is not None:
+        parts.append(loop)
+    return ", ".join(parts)
 
 
 def _lease_worker(
-    *extras: tuple[str, tuple[str, ...], str], processes: int = 1, smoke: bool = True
+    client: str | None, loop: str | None, *, processes: int = 1, smoke: bool = True
 ) -> Contender:
-    name = ", ".join(["lease-worker", *(extra[0] for extra in extras)])
-    arguments = [arg for extra in extras for arg in extra[1]]
-    said = " and ".join(extra[2] for extra in extras)
+    given = defaults()
+    name = _name(client, loop)
+    arguments = [*(("--sqs-client", client) if client else ()), *(("--loop", loop) if loop else ())]
+    said = " and ".join(
+        f"`{flag} {value}`" for flag, value in (("--sqs-client", client), ("--loop", loop)) if value
+    )
     if processes > 1:
         name += f", {processes} processes"
         arguments += ["--processes", str(processes)]
@@ -79,14 +135,16 @@ def _lease_worker(
         f"the same with {said}"
         if said
         else (
-            "`lease-worker run bench.apps.noop:app --backend sqs --endpoint-url URL --region "
-            f"us-east-1 --max-in-flight {CONCURRENCY}`; "
+            "the default configuration, no flags: `lease-worker run bench.apps.noop:app "
+            "--backend sqs --endpoint-url URL --region us-east-1 --max-in-flight "
+            f"{CONCURRENCY}` ({given.says()} at this commit); "
             "leases on with the defaults (visibility 30 s, renewed 10 s before the deadline, "
             "extensions batched 10 per call), receives of min(10, free slots), long poll "
             "20 s, deletes batched (10 per call, linger 50 ms), one process"
         )
     )
     options = tuple(arg for arg in arguments if arg.startswith("--") and arg != "--processes")
+    same = (client or given.client, loop or given.loop) == (given.client, given.loop)
     return Contender(
         name,
         settings,
@@ -94,24 +152,30 @@ def _lease_worker(
         options=options,
         processes=processes,
         smoke=smoke,
+        same_as_default=same and (client, loop) != (None, None),
     )
 
 
 def lease_workers() -> list[Contender]:
-    """lease-worker plain, with each performance option and both, then the scale-out rows:
-    plain and with both options at 2 .. cpu_count processes."""
+    """lease-worker with no flags (the default), then with each client and loop named, then
+    the scale-out rows: the default and the lean path on uvloop at 2 .. cpu_count processes.
+    A named configuration that is what no flags mean is marked `same_as_default` (the
+    side-by-side run skips it; the others look it up by name)."""
     single = [
-        _lease_worker(),
-        _lease_worker(_LEAN, smoke=False),
-        _lease_worker(_UVLOOP, smoke=False),
-        _lease_worker(_LEAN, _UVLOOP),
+        _lease_worker(client, loop, smoke=(client, loop) in ((None, None), ("lean", "uvloop")))
+        for client, loop in _CONFIGS
     ]
     more = [
-        _lease_worker(*extras, processes=n, smoke=bool(extras))
+        _lease_worker(client, loop, processes=n, smoke=client is not None)
         for n in range(2, _CORES + 1)
-        for extras in ((), (_LEAN, _UVLOOP))
+        for client, loop in ((None, None), ("lean", "uvloop"))
     ]
     return single + more
+
+
+def is_default(contender: Contender) -> bool:
+    """The row of `lease-worker run` with no flags, one process."""
+    return contender.name == "lease-worker"
 
 
 def contenders() -> list[Contender]:
@@ -168,13 +232,51 @@ def contenders() -> list[Contender]:
             ),
             PEERS,
             needs="python-peers",
-            dramatiq=True,
+            body="dramatiq",
         ),
         Contender(
-            "floor: raw aiobotocore loop",
+            "aiosqs",
+            "aiosqs's `receive_message` (10, long poll 20 s, visibility 30), a no-op per "
+            "message, then each message's `delete_message` sent together (aiosqs has no "
+            "batch delete), repeat: one task, up to 10 held; no visibility extension in the "
+            "library. aiosqs 1.0.6 reads no message from an answer in SQS's XML namespace, "
+            "so the driver drops the namespace declaration before aiosqs parses "
+            "(bench/peers/aiosqs_driver.py)",
+            (peer, "aiosqs_driver.py"),
+            PEERS,
+            needs="python-peers",
+        ),
+        Contender(
+            "Celery on SQS",
+            f"`celery worker` (prefork pool, {_CORES} children: its default of one per core; "
+            f"prefetch multiplier {max(1, CONCURRENCY // _CORES)}, so up to "
+            f"{max(1, CONCURRENCY // _CORES) * _CORES} messages held), kombu's SQS transport "
+            "with the queue predefined, long poll 20 s, polling_interval 0 (kombu's default of "
+            "1 s waits between polls), visibility 30 s, results ignored; kombu acknowledges "
+            "with one DeleteMessage per message before the task runs; no visibility "
+            f"extension. It drains {CELERY_MESSAGES:,} messages, not the full size: at "
+            "~150 msgs/s the full size would take minutes a round",
+            (peer, "celery_driver.py"),
+            PEERS,
+            {"BENCH_CONCURRENCY": str(CONCURRENCY)},
+            needs="python-peers",
+            body="celery",
+            max_messages=CELERY_MESSAGES,
+        ),
+        Contender(
+            "bare aiobotocore loop",
             "`python -m bench.apps.floor`: ReceiveMessage (10, long poll 20 s), "
             "DeleteMessageBatch, repeat; no handler, no leases, one task",
             (sys.executable, "-m", "bench.apps.floor"),
+        ),
+        Contender(
+            FLOOR,
+            "`python -m bench.apps.raw_floor`: ReceiveMessage (10, long poll 20 s), "
+            "DeleteMessageBatch, repeat, one after the other over one keep-alive "
+            "http.client connection, SQS's JSON protocol written and read with the json "
+            "module, each request signed by botocore's SigV4Auth; no handler, no leases, no "
+            "event loop: the least CPU a Python client can spend on a message",
+            (sys.executable, "-m", "bench.apps.raw_floor"),
         ),
     ]
 
@@ -212,7 +314,8 @@ def versions() -> dict[str, str]:
     )
     script = (
         "import importlib.metadata as m, json; print(json.dumps({p: m.version(p) for p in "
-        "('aws-sqs-consumer', 'dramatiq', 'dramatiq-sqs', 'boto3')}))"
+        "('aws-sqs-consumer', 'dramatiq', 'dramatiq-sqs', 'boto3', 'aiosqs', 'aiohttp', "
+        "'celery', 'kombu', 'pycurl')}))"
     )
     try:
         peer = json.loads(_run([str(PEER_PYTHON), "-c", script]) or "{}")
@@ -228,7 +331,11 @@ def versions() -> dict[str, str]:
         "aws-sqs-consumer": f"{peer.get('aws-sqs-consumer', '?')}, {boto3}",
         "dramatiq-sqs": f"{peer.get('dramatiq-sqs', '?')}, dramatiq {peer.get('dramatiq', '?')}, "
         + boto3,
-        "floor: raw aiobotocore loop": f"aiobotocore {_local('aiobotocore')}",
+        "aiosqs": f"{peer.get('aiosqs', '?')}, aiohttp {peer.get('aiohttp', '?')}",
+        "Celery on SQS": f"celery {peer.get('celery', '?')}, kombu {peer.get('kombu', '?')}, "
+        f"pycurl {peer.get('pycurl', '?')}, {boto3}",
+        "bare aiobotocore loop": f"aiobotocore {_local('aiobotocore')}",
+        FLOOR: f"botocore {_local('botocore')} (its signer), http.client",
     }
 
 

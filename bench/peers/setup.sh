@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the peers of bench/side_by_side.py, idempotently (a no-op when all is there):
 #   node_modules/   sqs-consumer and @aws-sdk/client-sqs, exactly as package-lock.json says
-#   .venv/          aws-sqs-consumer, dramatiq-sqs and boto3 (requirements.txt), kept apart
+#   .venv/          aws-sqs-consumer, dramatiq-sqs, aiosqs, Celery (kombu[sqs]) and boto3
+#                   (requirements.txt), kept apart
 #                   from the project's .venv
 # PYTHON names the interpreter the venv is made from (default: python3). bench/side_by_side.py
 # runs this when something is missing; each half fails on its own, with a line saying why.

@@ -27,7 +27,7 @@ def test_bench_report_runs_at_smoke_size(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     text = (docs / "benchmarks.md").read_text()
     for heading in (
-        "## Issue 20's goals at a glance",
+        "## Issue 33's goals at a glance",
         "## 1. Engine throughput",
         "## 2. Lease scale",
         "## 3. Side by side over the SQS protocol",

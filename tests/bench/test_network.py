@@ -23,14 +23,14 @@ def _runs() -> list[Run]:
     return [
         _run(0, "lease-worker, lean path, uvloop", 6_000, 0.100),
         _run(0, "aws-sqs-consumer", 5_000, 0.180),
-        _run(0, "floor: raw aiobotocore loop", 4_500, 0.170),
+        _run(0, "bare aiobotocore loop", 4_500, 0.170),
         _run(5, "lease-worker", 450, 0.250),
         _run(5, "lease-worker, lean path, uvloop", 480, 0.120),
         _run(5, "aws-sqs-consumer", 400, 0.200),
-        _run(5, "floor: raw aiobotocore loop", 0, 0, failure="exited with status 1"),
+        _run(5, "bare aiobotocore loop", 0, 0, failure="exited with status 1"),
         _run(1, "lease-worker", 1_500, 0.200),
         _run(1, "aws-sqs-consumer", 1_200, 0.320),
-        _run(1, "floor: raw aiobotocore loop", 1_250, 0.150),
+        _run(1, "bare aiobotocore loop", 1_250, 0.150),
     ]
 
 
@@ -63,7 +63,7 @@ def test_the_goals_rows_are_at_the_longest_delay_with_all_three_measured() -> No
     assert network.goals(_runs()) == [
         "| lease-worker, RTT 2 ms through a proxy: aws-sqs-consumer's CPU/msg ÷ ours | 1.60 | "
         "(for reference) | — |",
-        "| lease-worker, RTT 2 ms through a proxy: floor: raw aiobotocore loop's CPU/msg ÷ ours "
+        "| lease-worker, RTT 2 ms through a proxy: bare aiobotocore loop's CPU/msg ÷ ours "
         "| 0.75 | ≥ 1.0 | **no** |",
     ]
     assert "not measured" in network.goals(_runs()[:2])[0]
@@ -95,7 +95,7 @@ def test_a_cpu_time_under_one_clock_tick_gives_no_ratio_instead_of_a_crash() -> 
     runs = [
         _run(5, "lease-worker", 480, 0.0),
         _run(5, "aws-sqs-consumer", 490, 0.200),
-        _run(5, "floor: raw aiobotocore loop", 495, 0.200),
+        _run(5, "bare aiobotocore loop", 495, 0.200),
     ]
     assert network.ratios(runs)[2] == "| 10 ms | lease-worker | n/a | 0.98 | n/a | 0.97 |"
     assert [line.split(" | ")[1:] for line in network.goals(runs)] == [
@@ -108,10 +108,10 @@ def test_the_saving_over_a_network_is_set_beside_the_saving_with_no_delay() -> N
     runs = [
         _run(0, "lease-worker", 6_000, 0.060),
         _run(0, "aws-sqs-consumer", 5_000, 0.120),
-        _run(0, "floor: raw aiobotocore loop", 5_500, 0.110),
+        _run(0, "bare aiobotocore loop", 5_500, 0.110),
         _run(5, "lease-worker", 400, 0.210),
         _run(5, "aws-sqs-consumer", 390, 0.290),
-        _run(5, "floor: raw aiobotocore loop", 395, 0.280),
+        _run(5, "bare aiobotocore loop", 395, 0.280),
     ]
     saving, peer, floor = network.goals(runs)
     # 0.290 - 0.210 = 0.080 ms saved at 10 ms, against 0.120 - 0.060 = 0.060 ms with none;
@@ -146,13 +146,13 @@ def test_only_the_fastest_configuration_is_judged_the_default_is_for_reference()
         _run(5, "lease-worker", 400, 0.300),
         _run(5, "lease-worker, lean path, uvloop", 420, 0.150),
         _run(5, "aws-sqs-consumer", 390, 0.270),
-        _run(5, "floor: raw aiobotocore loop", 395, 0.240),
+        _run(5, "bare aiobotocore loop", 395, 0.240),
     ]
     lines = network.goals(runs)
     assert lines[:2] == [
         "| lease-worker, RTT 10 ms through a proxy: aws-sqs-consumer's CPU/msg ÷ ours | 0.90 | "
         "(the default, for reference) | — |",
-        "| lease-worker, RTT 10 ms through a proxy: floor: raw aiobotocore loop's CPU/msg ÷ ours "
+        "| lease-worker, RTT 10 ms through a proxy: bare aiobotocore loop's CPU/msg ÷ ours "
         "| 0.80 | (the default, for reference) | — |",
     ]
     assert [line.split(" | ")[1:] for line in lines[2:]] == [

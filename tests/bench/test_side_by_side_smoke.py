@@ -26,7 +26,7 @@ def _ours(name: str) -> Contender:
     return next(c for c in peers.contenders() if c.name == name)
 
 
-@pytest.mark.parametrize("name", ["lease-worker", "floor: raw aiobotocore loop"])
+@pytest.mark.parametrize("name", ["lease-worker", "bare aiobotocore loop", peers.FLOOR])
 def test_drains_the_queue_and_counts_its_requests(name: str) -> None:
     row = side_by_side.measure(_ours(name), MESSAGES)
     assert row.failure is None
