@@ -26,10 +26,11 @@ Delivery is **at least once**:
   in order within a batch, and a failed batch's group comes back in order.
 
 Options (all strings, as Spark passes them): `queue` (required), `max_batch` (messages per
-micro-batch, 1000), `visibility_s` (30), `extension_s` (= `visibility_s`),
+micro-batch, 10000), `visibility_s` (30), `extension_s` (= `visibility_s`),
 `renew_margin_s` (a third of `extension_s`, at most 10), `wait_s` (long poll per
-`latestOffset`, 1), `rows_per_partition` (500). Use a processing-time trigger: with the
-default trigger an idle query asks for new offsets ~70 times a second.
+`latestOffset` when nothing was received ahead, 1), `rows_per_partition` (5000),
+`concurrency` (SQS calls at once receiving ahead and deleting, 4). Use a processing-time
+trigger: with the default trigger an idle query asks for new offsets ~70 times a second.
 """
 
 from __future__ import annotations
@@ -195,14 +196,14 @@ def _settings(options: Mapping[str, str]) -> tuple[HolderSettings, int]:
         )
     settings = HolderSettings(
         queue=queue,
-        max_batch=int(_number(options, "max_batch", 1000, low=1, high=1_000_000)),
+        max_batch=int(_number(options, "max_batch", 10_000, low=1, high=1_000_000)),
         visibility_s=int(visibility),
         extension_s=int(extension),
         margin_s=margin,
         wait_s=_number(options, "wait_s", 1, low=0, high=20),
         concurrency=int(_number(options, "concurrency", 4, low=1, high=64)),
     )
-    return settings, int(_number(options, "rows_per_partition", 500, low=1, high=1_000_000))
+    return settings, int(_number(options, "rows_per_partition", 5000, low=1, high=1_000_000))
 
 
 def _number(
