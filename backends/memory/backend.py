@@ -134,7 +134,12 @@ class MemoryBackend(DeadLetterCalls):
                 # The alarm for the deadline ends the wait even when the clock reads a hair
                 # before it (a loop fires a timer within its clock's resolution; looptime's
                 # ticks are whole microseconds): else the loop would spin, time standing still.
-                expired = await self._wait(changed, until) and until >= deadline
+                rang = await self._wait(changed, until)
+                expired = rang and until >= deadline
+                if rang and not expired and self._clock.now() < until:
+                    # The same for the engine's wakeup (a message due): on the same clock,
+                    # it sees nothing due until time moves past it. One tick more.
+                    await anyio.sleep(until - self._clock.now() + 1e-6)
             self._check_open()
 
     async def extend(self, queue: str, entries: Sequence[VisibilityChange]) -> BatchResult:
