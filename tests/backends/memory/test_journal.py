@@ -31,7 +31,8 @@ def _state(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _plain(data: dict[str, Any]) -> dict[str, Any]:
-    return json.loads(json.dumps(data))  # as the file would hold it
+    plain: dict[str, Any] = json.loads(json.dumps(data))  # as the file would hold it
+    return plain
 
 
 class _Run:
