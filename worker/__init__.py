@@ -23,7 +23,18 @@ import importlib.metadata as _metadata
 from worker.app import HandlerGuard, Worker
 from worker.backend import Backend, DeadLetterAdmin, Limits, QueueAdmin
 from worker.clock import Clock, LoopClock, ManualClock
-from worker.config import Backoff, ErrorPolicy, LeaseConfig, OnError, ShutdownConfig, WorkerConfig
+from worker.config import (
+    AdaptiveConcurrency,
+    Backoff,
+    ErrorPolicy,
+    FlowControl,
+    LeaseConfig,
+    OnError,
+    RateLimit,
+    ShutdownConfig,
+    TenantCap,
+    WorkerConfig,
+)
 from worker.core.lease import Lease, LeaseState, LeaseView
 from worker.core.settlement import Outcome
 from worker.envelope.codecs import PayloadError
@@ -80,6 +91,7 @@ except _metadata.PackageNotFoundError:  # run from a checkout that was never ins
 
 __all__ = (
     "AccessDenied",
+    "AdaptiveConcurrency",
     "AppSpec",
     "Backend",
     "BackendError",
@@ -99,6 +111,7 @@ __all__ = (
     "EntryFailure",
     "ErrorPolicy",
     "FatalBackendError",
+    "FlowControl",
     "HandlerGuard",
     "HandlerSignal",
     "Handlers",
@@ -131,6 +144,7 @@ __all__ = (
     "QueueInfo",
     "QueueNotFound",
     "QueueSpec",
+    "RateLimit",
     "ReceivedMessage",
     "RedrivePolicy",
     "RegistrationError",
@@ -142,6 +156,7 @@ __all__ = (
     "ShutdownConfig",
     "Supervisor",
     "SyncProducer",
+    "TenantCap",
     "TransientBackendError",
     "UnsupportedOperation",
     "VisibilityChange",

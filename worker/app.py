@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from worker.config import ErrorPolicy, OnError, WorkerConfig
+from worker.config import ErrorPolicy, FlowControl, OnError, WorkerConfig
 from worker.envelope.large_payloads import S3Payloads
 from worker.errors import RegistrationError
 from worker.message import Message
@@ -77,6 +77,7 @@ class Worker:
         max_in_flight: int | None = None,
         middleware: Sequence[Middleware] = (),
         idempotent: HandlerGuard | None = None,
+        flow: FlowControl | None = None,
     ) -> Callable[[F], F]:
         """Register the decorated function as the handler of `queue`; returns it unchanged.
 
@@ -92,6 +93,9 @@ class Worker:
         `middleware`: this handler's own layers, inside the worker's.
         `idempotent`: a guard from `worker.idempotency` (`Idempotency(store).guard(...)`),
         the innermost layer: a message already handled is deleted, not run again.
+        `flow`: rate limit, per-tenant cap, bytes in flight, adaptive concurrency
+        (`FlowControl(rate=RateLimit(per_s=50))`); parts left None are the worker's
+        (`WorkerConfig.flow`).
         """
         layers: tuple[Middleware, ...] = (*self.middleware, *middleware)
         if idempotent is not None:
@@ -111,6 +115,7 @@ class Worker:
                 max_in_flight=max_in_flight,
                 middleware=layers,
                 large_payloads=self.large_payloads,
+                flow=flow,
             )
             if idempotent is not None:
                 idempotent.attach(self, queue)
@@ -127,6 +132,7 @@ class Worker:
         decode: str | Decoder | None = None,
         on_error: ErrorPolicy | OnError | str = OnError.DEFAULT,
         max_in_flight: int | None = None,
+        flow: FlowControl | None = None,
     ) -> Callable[[F], F]:
         """Register `async def handle(messages: list[Message])` as the batch handler of `queue`.
 
@@ -148,6 +154,7 @@ class Worker:
                 max_in_flight=max_in_flight,
                 batch=options,
                 large_payloads=self.large_payloads,
+                flow=flow,
             )
             return func
 

@@ -11,12 +11,25 @@ the longest visibility, the cap counted from a receive) is checked against its `
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
 from worker.errors import ConfigError
+from worker.types import ReceivedMessage
 
-__all__ = ["Backoff", "ErrorPolicy", "LeaseConfig", "OnError", "ShutdownConfig", "WorkerConfig"]
+__all__ = [
+    "AdaptiveConcurrency",
+    "Backoff",
+    "ErrorPolicy",
+    "FlowControl",
+    "LeaseConfig",
+    "OnError",
+    "RateLimit",
+    "ShutdownConfig",
+    "TenantCap",
+    "WorkerConfig",
+]
 
 #: The longest visibility, and cap on invisibility counted from a receive, of every backend
 #: in view (SQS and SMQ: 12 h). A backend's own `Limits` may be lower.
@@ -294,6 +307,165 @@ class ShutdownConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RateLimit:
+    """At most `per_s` messages a second start on a queue: received only once granted, so a
+    message held back is never received to wait (its lease untouched).
+
+    `shared`: a Redis URL (`redis://host:6379/0`, needs the `redis` extra): every process and
+    pod that names the same URL and `key` shares the one limit, each asking Redis for
+    `grant` messages at a time (one atomic script a grant, on Redis's clock);
+    `memory://NAME`: the workers of this process that name it. None: this worker's own
+    limit. `on_outage`: what a shared limit does while Redis cannot be reached: 'closed'
+    (receive nothing until it answers again; nothing is lost, the queue waits) or 'open'
+    (each process goes on alone at `per_s`, so the fleet may exceed the limit by the number
+    of processes until Redis is back).
+    """
+
+    per_s: float
+    #: Messages that may start at once after an idle spell, and the most one receive waits
+    #: for (default: a second's worth, at most a receive's batch of 10).
+    burst: int | None = None
+    shared: str | None = None
+    #: The shared limit's Redis key (default: `lease-worker:rate:<queue>`).
+    key: str | None = None
+    #: Messages asked of Redis at a time (at most the burst): 1 call per `grant` messages.
+    grant: int = 10
+    on_outage: str = "closed"
+
+    def __post_init__(self) -> None:
+        _positive("per_s", self.per_s)
+        if self.burst is not None:
+            _whole("burst", self.burst, 1)
+        _whole("grant", self.grant, 1, 1000)
+        _check(
+            self.on_outage in ("closed", "open"),
+            "on_outage",
+            self.on_outage,
+            "must be 'closed' (hold receives) or 'open' (go on with a local limit)",
+        )
+        if self.shared is not None:
+            _check(
+                self.shared.startswith(("redis://", "rediss://", "unix://", "memory://")),
+                "shared",
+                "<redacted>" if "@" in self.shared else self.shared,
+                "must be a Redis URL (redis://, rediss:// or unix://), or memory://NAME for "
+                "the workers of one process",
+            )
+
+    def burst_for(self, batch: int) -> int:
+        if self.burst is not None:
+            return self.burst
+        return max(1, min(batch, math.ceil(self.per_s)))
+
+
+#: Picks a message's tenant: None leaves the message uncapped.
+TenantKey = Callable[[ReceivedMessage], "str | None"]
+
+
+def _message_group(message: ReceivedMessage) -> str | None:
+    return message.group_id
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TenantCap:
+    """At most `per_tenant` messages of one tenant run at once (standard queues).
+
+    A tenant is the message's `MessageGroupId` (SQS fair queues' tenants) unless `key` picks
+    another. A message over the cap waits in the worker, its lease kept, while fewer than
+    `per_tenant` of its tenant wait already; beyond that it is released with `release_s`
+    of visibility for another worker (or this one, later) to take, so that one tenant never
+    fills the worker's slots. Each release counts as a receive toward the queue's
+    `maxReceiveCount`: see docs/how-to/flow-control.md.
+    """
+
+    per_tenant: int
+    key: TenantKey = _message_group
+    release_s: int = 5
+
+    def __post_init__(self) -> None:
+        _whole("per_tenant", self.per_tenant, 1)
+        _whole("release_s", self.release_s, 0, MAX_VISIBILITY_S)
+        _check(callable(self.key), "key", self.key, "must be a callable(message) -> str | None")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AdaptiveConcurrency:
+    """Run as many handlers of a queue at once as the downstream serves without queueing,
+    found from their latency and errors (a Vegas limit: `worker.core.concurrency`), from
+    `smallest` up to the queue's `max_in_flight`."""
+
+    smallest: int = 1
+    #: The limit to start from (default: `max_in_flight`, or 10 when that is larger).
+    initial: int | None = None
+    #: Grow while fewer than `alpha` handlers wait downstream, shrink above `beta`.
+    alpha: float = 3.0
+    beta: float = 6.0
+    #: The limit is multiplied by this after a window with a failed handler.
+    backoff: float = 0.9
+
+    def __post_init__(self) -> None:
+        _whole("smallest", self.smallest, 1)
+        if self.initial is not None:
+            _whole("initial", self.initial, 1)
+        _check(
+            math.isfinite(self.alpha) and 0 <= self.alpha <= self.beta,
+            "alpha",
+            self.alpha,
+            f"must be from 0 to beta ({self.beta})",
+        )
+        _check(math.isfinite(self.beta), "beta", self.beta, "must be a number")
+        _check(0 < self.backoff < 1, "backoff", self.backoff, "must be between 0 and 1")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FlowControl:
+    """What holds a queue's receives back beyond `max_in_flight`: each part off when None.
+
+    `max_bytes`: the sum of the bodies held (UTF-8 bytes) above which no receive starts;
+    one receive may go beyond it by its batch, as Pub/Sub's flow control does.
+    """
+
+    rate: RateLimit | None = None
+    tenants: TenantCap | None = None
+    max_bytes: int | None = None
+    adaptive: AdaptiveConcurrency | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_bytes is not None:
+            _whole("max_bytes", self.max_bytes, 1)
+        for name, kind in (
+            ("rate", RateLimit),
+            ("tenants", TenantCap),
+            ("adaptive", AdaptiveConcurrency),
+        ):
+            value = getattr(self, name)
+            _check(
+                value is None or isinstance(value, kind),
+                name,
+                value,
+                f"must be a {kind.__name__} or None",
+            )
+
+    @property
+    def off(self) -> bool:
+        return (
+            self.rate is None
+            and self.tenants is None
+            and self.max_bytes is None
+            and self.adaptive is None
+        )
+
+    def over(self, base: FlowControl) -> FlowControl:
+        """This flow control, with `base`'s parts where this one leaves them None."""
+        return FlowControl(
+            rate=self.rate if self.rate is not None else base.rate,
+            tenants=self.tenants if self.tenants is not None else base.tenants,
+            max_bytes=self.max_bytes if self.max_bytes is not None else base.max_bytes,
+            adaptive=self.adaptive if self.adaptive is not None else base.adaptive,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class WorkerConfig:
     """Settings of one worker process; every handler inherits what it does not override."""
 
@@ -316,6 +488,9 @@ class WorkerConfig:
     #: First and longest pause after a failed receive.
     receive_backoff_s: float = 0.5
     receive_backoff_max_s: float = 30.0
+    #: Rate limits, per-tenant caps, bytes in flight and adaptive concurrency, for every
+    #: queue whose handler sets none of its own (`@app.handler(..., flow=...)`).
+    flow: FlowControl = field(default_factory=lambda: FlowControl())
 
     def __post_init__(self) -> None:
         _whole("max_in_flight", self.max_in_flight, 1)

@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry
 
 from worker import jsonlib
 from worker.backend import Backend
-from worker.config import ErrorPolicy, OnError, WorkerConfig
+from worker.config import ErrorPolicy, FlowControl, OnError, WorkerConfig
 from worker.envelope.large_payloads import S3Payloads
 from worker.errors import ConfigError, RegistrationError
 from worker.message import Message
@@ -111,6 +111,8 @@ class HandlerSpec:
     batch: BatchOptions | None = None
     #: Where bodies stored in S3 are fetched from before decoding (None: not fetched).
     large_payloads: S3Payloads | None = None
+    #: This queue's own flow control (None: the worker's `WorkerConfig.flow`).
+    flow: FlowControl | None = None
 
     @property
     def name(self) -> str:
@@ -152,6 +154,7 @@ class Registry:
         middleware: Sequence[Middleware] = (),
         batch: BatchOptions | None = None,
         large_payloads: S3Payloads | None = None,
+        flow: FlowControl | None = None,
     ) -> HandlerSpec:
         _check_queue(queue)
         if queue in self._specs:
@@ -163,6 +166,11 @@ class Registry:
             raise RegistrationError(f"handler for {queue!r} must be callable, got {func!r}")
         if max_in_flight is not None and (not isinstance(max_in_flight, int) or max_in_flight < 1):
             raise ConfigError(f"max_in_flight={max_in_flight!r}: must be a whole number >= 1")
+        if flow is not None and not isinstance(flow, FlowControl):
+            raise ConfigError(
+                f"flow for {queue!r} must be a worker.FlowControl (flow=FlowControl(rate=...)), "
+                f"got {type(flow).__name__}"
+            )
         for layer in middleware:
             if not callable(layer):
                 raise RegistrationError(f"middleware for {queue!r} must be callable: {layer!r}")
@@ -178,6 +186,7 @@ class Registry:
             binding=binding,
             batch=batch,
             large_payloads=large_payloads,
+            flow=flow,
         )
         if batch is not None and not spec.is_async:
             raise RegistrationError(

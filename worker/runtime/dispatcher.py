@@ -85,18 +85,23 @@ class Dispatcher:
         """Every held message's lease (a copy)."""
         return [lease for held in self._held.values() for lease in held.values()]
 
-    def dispatch(self, received: ReceivedMessage, lease: Lease) -> None:
-        """Hold the message (until `forget`), then run its handler, or queue it to run.
-
-        Raises RuntimeError when the handler task group refuses the task the message needs
-        (it is stopping): nothing then waits for that task, and the caller releases it.
-        """
+    def hold(self, received: ReceivedMessage, lease: Lease) -> None:
+        """Hold the message (until `forget`) without running it yet: a message waiting for
+        its tenant's turn (`worker.runtime.tenants`), run later with `dispatch`."""
         held = self._held.get(received.queue)
         if held is None:
             held = self._held[received.queue] = {}
         if held.get(received.message_id) is None:
             self._count += 1
         held[received.message_id] = lease
+
+    def dispatch(self, received: ReceivedMessage, lease: Lease) -> None:
+        """Hold the message (until `forget`), then run its handler, or queue it to run.
+
+        Raises RuntimeError when the handler task group refuses the task the message needs
+        (it is stopping): nothing then waits for that task, and the caller releases it.
+        """
+        self.hold(received, lease)
         assert self.tasks is not None, "dispatch before the handler task group started"
         spec = self._spec_for(received.queue)
         if spec.batch is not None:

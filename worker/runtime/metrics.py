@@ -179,6 +179,31 @@ class Metrics:
         self.loop_lag = Gauge(
             f"{prefix}_event_loop_lag_seconds", "Event loop lag.", registry=self.registry
         )
+        # Flow control (`FlowControl`): series exist only for queues that turn a part on.
+        self.flow_rate_wait = self._counter(
+            "flow_rate_wait_seconds",
+            "Seconds receives waited for the rate limit before being sent.",
+            "queue",
+        )
+        self.flow_rate_grants = self._counter(
+            "flow_rate_grants", "Grants asked of a shared rate limit's store.", "queue"
+        )
+        self.flow_rate_store_errors = self._counter(
+            "flow_rate_store_errors",
+            "Grants a shared rate limit's store did not answer (down or too slow).",
+            "queue",
+        )
+        self.flow_concurrency_limit = self._gauge(
+            "flow_concurrency_limit",
+            "Messages of the queue that may be held at once now (the adaptive limit, else "
+            "max_in_flight).",
+            "queue",
+        )
+        self.flow_tenant_released = self._counter(
+            "flow_tenant_released",
+            "Messages handed back because their tenant was at its cap, twice over.",
+            "queue",
+        )
 
     def _counter(self, name: str, documentation: str, *labels: str) -> CounterFamily:
         return self._register(CounterFamily(f"{self.prefix}_{name}", documentation, labels))

@@ -38,7 +38,8 @@ from worker.errors import FatalBackendError
 from worker.runtime.calls import as_backend_error, call_by
 from worker.runtime.lease_keeper import LeaseKeeper
 from worker.runtime.metrics import Metrics
-from worker.runtime.slots import Slots
+from worker.runtime.rate_gate import RateGate
+from worker.runtime.slots import Slots, body_size
 from worker.types import ReceivedMessage
 
 __all__ = ["Receiver"]
@@ -62,6 +63,7 @@ class Receiver:
         on_fatal: Callable[[FatalBackendError], None],
         logger: Any = None,
         note_sent: bool = False,
+        rate: RateGate | None = None,
     ) -> None:
         self.queue = queue
         self._backend = backend
@@ -70,6 +72,8 @@ class Receiver:
         self._metrics = metrics
         self._config = config
         self._slots = slots
+        self._rate = rate
+        self._count_bytes = slots.max_bytes is not None
         self._adopt = adopt
         self._dispatch = dispatch
         self._release = release
@@ -131,6 +135,13 @@ class Receiver:
             reserved = await self._slots.reserve(self._backend.limits.receive_batch)
             if not reserved:
                 return  # stopped
+            if self._rate is not None:
+                # Held back before the receive: a message the limit delays is not received.
+                granted = await self._rate.acquire(reserved, self._stopped)
+                self._slots.give_back(reserved - granted)
+                reserved = granted
+                if not reserved:
+                    return  # stopped
             held = 0
             try:
                 held = await self._receive_once(reserved)
@@ -187,12 +198,16 @@ class Receiver:
                     operation="ReceiveMessage",
                     queue=self.queue,
                 )
-        except anyio.get_cancelled_exc_class():
-            if self._stopping:
+        except BaseException as raised:
+            if self._rate is not None:
+                self._rate.refund(count)
+            if self._stopping and isinstance(raised, anyio.get_cancelled_exc_class()):
                 self.cut_short += 1
             raise
         finally:
             self._polls.discard(poll)
+        if self._rate is not None:
+            self._rate.refund(count - len(messages))
         handed_out = self._handed_out(sent_at)
         # Stopped while the poll was out: what it brought is handed back, never run.
         dispatch = self._release_now if self._stopping else self._dispatch
@@ -225,6 +240,8 @@ class Receiver:
             )
             held += 1
             self._in_flight.inc()
+            if self._count_bytes:
+                self._slots.hold_bytes(body_size(received))
             self._keeper.track(lease)
             if self._keeper.lapsed(lease, self._now()):
                 continue  # lapsed before it arrived (a stall): lost, never run
@@ -272,5 +289,7 @@ class Receiver:
 
     def _finished(self, lease: Lease) -> None:
         self._slots.give_back()
+        if self._count_bytes and lease.received is not None:
+            self._slots.free_bytes(body_size(lease.received))
         self._in_flight.dec()
         self._on_finish(lease)

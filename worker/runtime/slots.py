@@ -1,10 +1,18 @@
-"""Flow control: how many messages of one queue may be held at once."""
+"""Flow control: how many messages of one queue may be held at once, and how many bytes."""
 
 from __future__ import annotations
 
 import anyio
 
-__all__ = ["Slots"]
+from worker.types import ReceivedMessage
+
+__all__ = ["Slots", "body_size"]
+
+
+def body_size(received: ReceivedMessage) -> int:
+    """A body's size in bytes, as `max_bytes` counts it."""
+    body = received.body
+    return len(body) if body.isascii() else len(body.encode("utf-8", "surrogatepass"))
 
 
 class Slots:
@@ -12,18 +20,32 @@ class Slots:
 
     A receive reserves its slots before it is sent and gives back what it did not fill, so
     several concurrent receives of one queue never hold more than `capacity` together.
+
+    `limit` (an adaptive concurrency limit, `worker.core.concurrency`) bounds the messages
+    held whose handler has not ended (`ended` counts the others, held until their delete or
+    release is answered): it limits the load on the handler's downstream, `capacity` what is
+    held. `max_bytes` stops new receives while the bodies held add up to it or more (a
+    receive under way may go beyond it by its batch).
     """
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, *, max_bytes: int | None = None) -> None:
         self.capacity = capacity
+        self.limit = capacity
         self.used = 0
+        #: Messages held whose handler has ended (counted only with an adaptive limit).
+        self.ended = 0
+        #: UTF-8 bytes of the bodies held (counted only with `max_bytes`).
+        self.bytes = 0
+        self.max_bytes = max_bytes
         self._freed = anyio.Event()
         self._waiting = 0  # receives waiting for a slot: only they need the event set
         self._closed = False
 
     @property
     def free(self) -> int:
-        return max(0, self.capacity - self.used)
+        if self.max_bytes is not None and self.bytes >= self.max_bytes:
+            return 0
+        return max(0, min(self.capacity - self.used, self.limit - self.used + self.ended))
 
     async def reserve(self, most: int) -> int:
         """Wait for a free slot, then reserve up to `most`; returns how many, 0 once closed
@@ -50,4 +72,29 @@ class Slots:
     def give_back(self, count: int = 1) -> None:
         self.used -= count
         if count > 0 and self._waiting:
+            self._freed.set()
+
+    def hold_bytes(self, size: int) -> None:
+        self.bytes += size
+
+    def free_bytes(self, size: int) -> None:
+        self.bytes -= size
+        if size > 0 and self._waiting:
+            self._freed.set()
+
+    def handler_ended(self) -> None:
+        """A held message's handler ended (its settling goes on): a slot under the limit."""
+        self.ended += 1
+        if self._waiting:
+            self._freed.set()
+
+    def settled(self) -> None:
+        """A message counted by `handler_ended` is no longer held (call after `give_back`)."""
+        self.ended -= 1
+
+    def set_limit(self, limit: int) -> None:
+        """The adaptive limit moved: a receive waiting for a slot may go now."""
+        raised = limit > self.limit
+        self.limit = limit
+        if raised and self._waiting:
             self._freed.set()

@@ -50,6 +50,7 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from worker.backend import Backend
 from worker.clock import LoopClock
+from worker.config import FlowControl
 from worker.core.lease import Lease, LeaseState
 from worker.core.preflight import check_config, check_queue
 from worker.core.settlement import Action, Outcome, Settlement
@@ -61,6 +62,7 @@ from worker.errors import (
 from worker.registry import AppSpec, DescribesApp, WorkerContext, app_spec
 from worker.runtime.background import BackgroundTasks
 from worker.runtime.dispatcher import Dispatcher
+from worker.runtime.flow import QueueFlow
 from worker.runtime.handler_tasks import HandlerTasks
 from worker.runtime.handlers import Executor, Observer
 from worker.runtime.lease_keeper import LeaseKeeper
@@ -68,9 +70,12 @@ from worker.runtime.loop_lag import LoopLag
 from worker.runtime.metrics import Metrics, MetricsSnapshot
 from worker.runtime.queue_sampler import QueueSampler
 from worker.runtime.queues import STARTUP_CALL_TIMEOUTS, queue_info_at_start
+from worker.runtime.rate_gate import RateGate
+from worker.runtime.rate_store import RateStore, rate_store
 from worker.runtime.receiver import Receiver
 from worker.runtime.settler import Settler
 from worker.runtime.slots import Slots
+from worker.runtime.tenants import Admission
 from worker.runtime.timed_backend import TimedBackend
 from worker.types import QueueInfo, ReceivedMessage
 
@@ -113,6 +118,11 @@ class Supervisor:
         self._log = logger or structlog.get_logger("lease_worker.supervisor")
         config = app.config
         calls = self._calls = TimedBackend(backend, self.metrics)
+        self._observers: list[Observer] = list(observers or [])
+        #: Each queue's flow control, where its `FlowControl` turns any on.
+        self.flows: dict[str, QueueFlow] = {}
+        #: Shared rate limits' stores, one per URL, closed at the end of the run.
+        self.rate_stores: dict[str, RateStore] = {}
         self.keeper = LeaseKeeper(calls, config.lease, clock=self.clock, metrics=self.metrics)
         self.settler = Settler(
             calls,
@@ -131,7 +141,7 @@ class Supervisor:
             metrics=self.metrics,
             limits=backend.limits,
             sync_threads=config.sync_threads,
-            observers=observers or [],
+            observers=self._observers,
         )
         self.dispatcher = Dispatcher(
             executor=self.executor,
@@ -261,6 +271,7 @@ class Supervisor:
                 raise
             finally:
                 self._background.end()
+                await self._close_rate_stores()
         self._log.info("shutdown.complete")
         if self._crash is not None:
             raise self._crash
@@ -325,6 +336,7 @@ class Supervisor:
             self._stopped_at = self.clock.now()
             for receiver in self.receivers.values():
                 receiver.stop()  # no new polls: those in flight end by themselves
+            self._release_waiting()
             await self._drain()
             receivers.cancel_scope.cancel()  # polls unanswered at the drain's end
         self._polls_ended()
@@ -361,7 +373,24 @@ class Supervisor:
         self._move_up("drain", self.clock.now())
 
     def _receiver(self, queue: str, max_in_flight: int | None) -> Receiver:
-        slots = Slots(max_in_flight or self.app.config.max_in_flight)
+        config = self.app.config
+        own = self.app.registry[queue].flow
+        flow = config.flow if own is None else own.over(config.flow)
+        slots = Slots(max_in_flight or config.max_in_flight, max_bytes=flow.max_bytes)
+        rate = None
+        if not flow.off:
+            rate = self._rate_gate(queue, flow)
+            self.flows[queue] = QueueFlow(
+                queue,
+                flow,
+                slots=slots,
+                rate=rate,
+                fifo=self.queues[queue].fifo,
+                clock=self.clock,
+                metrics=self.metrics,
+            )
+            if flow.adaptive is not None and self._observe_flow not in self._observers:
+                self._observers.append(self._observe_flow)
         return Receiver(
             queue,
             backend=self._calls,
@@ -376,13 +405,76 @@ class Supervisor:
             on_finish=self._finished,
             on_fatal=self._on_fatal,
             note_sent=self._sampler is not None,
+            rate=rate,
         )
+
+    def _rate_gate(self, queue: str, flow: FlowControl) -> RateGate | None:
+        limit = flow.rate
+        if limit is None:
+            return None
+        config = self.app.config
+        store = None
+        if limit.shared is not None:
+            store = self.rate_stores.get(limit.shared)
+            if store is None:
+                store = self.rate_stores[limit.shared] = rate_store(
+                    limit.shared, timeout_s=config.call_timeout_s
+                )
+        return RateGate(
+            queue,
+            limit,
+            batch=self.backend.limits.receive_batch,
+            store=store,
+            clock=self.clock,
+            metrics=self.metrics,
+            call_timeout_s=config.call_timeout_s,
+            backoff_s=config.receive_backoff_s,
+            backoff_max_s=config.receive_backoff_max_s,
+        )
+
+    async def _close_rate_stores(self) -> None:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(1.0):
+            for store in self.rate_stores.values():
+                try:
+                    await store.close()
+                except Exception as error:  # closing a connection: nothing left to lose
+                    self._log.info("flow.rate_store_close_failed", error=type(error).__name__)
+
+    def _observe_flow(
+        self, received: ReceivedMessage, outcome: Outcome, settlement: Settlement
+    ) -> None:
+        flow = self.flows.get(received.queue)
+        if flow is not None:
+            flow.observed(received, outcome)
+
+    def _release_waiting(self) -> None:
+        """A shutdown: messages waiting for their tenant's turn are handed back, never run."""
+        for flow in self.flows.values():
+            if flow.tenants is not None:
+                for lease in flow.tenants.take_waiting():
+                    self._release_unhandled(lease)
 
     def _oldest_received_age_s(self, queue: str) -> float | None:
         receiver = self.receivers.get(queue)
         return None if receiver is None else receiver.take_oldest_age_s()
 
     def _dispatch(self, received: ReceivedMessage, lease: Lease) -> None:
+        flow = self.flows.get(lease.queue)
+        if flow is not None:
+            if flow.tenants is not None:
+                admission = flow.tenants.admit(received, lease)
+                if admission is Admission.WAIT:
+                    self.dispatcher.hold(received, lease)  # renewed, its handler not started
+                    return
+                if admission is Admission.RELEASE:
+                    flow.tenant_released.inc()
+                    release_s = flow.tenants.cap.release_s
+                    self.settler.submit(lease, Settlement(Action.RELEASE, release_s))
+                    return
+            flow.started(received)
+        self._run_handler(received, lease)
+
+    def _run_handler(self, received: ReceivedMessage, lease: Lease) -> None:
         try:
             self.dispatcher.dispatch(received, lease)
         except Exception:
@@ -400,6 +492,17 @@ class Supervisor:
 
     def _finished(self, lease: Lease) -> None:
         self.dispatcher.forget(lease)
+        flow = self.flows.get(lease.queue)
+        if flow is not None:
+            flow.finished(lease)
+        if flow is not None and flow.tenants is not None:
+            turn = flow.tenants.finished(lease)
+            if turn is not None:  # the tenant's next waiting message
+                if self.stopping:
+                    self._release_unhandled(turn[1])
+                else:
+                    flow.started(turn[0])
+                    self._run_handler(*turn)
         for listener in self.on_lease_finished:
             listener()
         if not self.dispatcher.held_count and self.stopping:

@@ -1,0 +1,366 @@
+"""Flow control in the runtime (issue 31): rate limits, per-tenant caps, bytes in flight and
+the adaptive concurrency limit, each on the whole runtime over the in-memory engine.
+
+Virtual time (looptime): the rates and latencies below are exact, not timed.
+"""
+
+from __future__ import annotations
+
+import statistics
+import uuid
+from collections import Counter
+from collections.abc import Sequence
+
+import anyio
+import pytest
+
+from tests.recording import RecordingBackend
+from worker import Message, Outcome, OutgoingMessage, Worker, WorkerConfig
+from worker.config import AdaptiveConcurrency, FlowControl, RateLimit, TenantCap
+from worker.testing import run_worker
+from worker.types import QueueSpec, ReceivedMessage
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
+
+
+async def _queue(backend: RecordingBackend, name: str = "jobs") -> None:
+    await backend.create_queue(QueueSpec(name))
+
+
+async def _send(
+    backend: RecordingBackend,
+    count: int,
+    *,
+    queue: str = "jobs",
+    group: str | None = None,
+    body: str = "{}",
+) -> None:
+    for start in range(0, count, 10):
+        batch = [
+            OutgoingMessage(body=body, entry_id=str(i), group_id=group)
+            for i in range(min(10, count - start))
+        ]
+        await backend.inner.send(queue, batch)
+
+
+def _within_rate(starts: Sequence[float], per_s: float, burst: int) -> bool:
+    """No more than `burst + per_s * t` handlers started in the first t seconds."""
+    first = starts[0]
+    return all(index + 1 <= burst + per_s * (at - first) + 1e-6 for index, at in enumerate(starts))
+
+
+async def test_a_local_rate_limit_starts_messages_at_the_rate_and_receives_no_more() -> None:
+    app = Worker(
+        WorkerConfig(max_in_flight=10, wait_s=1, flow=FlowControl(rate=RateLimit(per_s=10)))
+    )
+    starts: list[float] = []
+
+    @app.handler("jobs")
+    async def job(message: Message) -> None:
+        starts.append(anyio.current_time())
+
+    backend = RecordingBackend()
+    await _queue(backend)
+    await _send(backend, 45)
+    async with run_worker(app, backend=backend) as harness:
+        handled = await harness.wait_for_handled(45)
+    assert [record.outcome for record in handled] == [Outcome.SUCCEEDED] * 45
+    assert {record.message.receive_count for record in handled} == {1}
+    assert _within_rate(starts, per_s=10, burst=10)
+    # The burst (a receive's batch), then a batch of 10 a second: the last 5 come with the
+    # fourth grant, at 4 s (a receive waits for a whole batch's grant: 1 call per 10).
+    assert starts[-1] - starts[0] == pytest.approx(4.0, abs=0.01)
+    # Held back before the receive: no receive asked for more than had been granted.
+    asked = sum(call.entries for call in backend.of("receive"))
+    assert asked <= 10 + 10 * (starts[-1] - starts[0]) + 10
+
+
+async def test_tokens_a_receive_did_not_use_serve_the_next_receive() -> None:
+    """A receive granted 10 that brings 3 hands 7 back: the next 7 start without waiting."""
+    limit = RateLimit(per_s=2, burst=10)
+    app = Worker(WorkerConfig(max_in_flight=10, wait_s=0, flow=FlowControl(rate=limit)))
+    starts: list[float] = []
+
+    @app.handler("jobs")
+    async def job(message: Message) -> None:
+        starts.append(anyio.current_time())
+
+    backend = RecordingBackend()
+    await _queue(backend)
+    await _send(backend, 3)
+    async with run_worker(app, backend=backend) as harness:
+        await harness.wait_for_handled(3)
+        await _send(backend, 7)
+        await harness.wait_for_handled(10)
+    # Without the refund, the 7 would wait 3.5 s more (2 a second).
+    assert starts[-1] - starts[0] < 0.5
+
+
+async def test_a_low_rate_receives_what_it_may_start_now_not_a_whole_batch_later() -> None:
+    app = Worker(
+        WorkerConfig(max_in_flight=10, wait_s=1, flow=FlowControl(rate=RateLimit(per_s=1)))
+    )
+    starts: list[float] = []
+
+    @app.handler("jobs")
+    async def job(message: Message) -> None:
+        starts.append(anyio.current_time())
+
+    backend = RecordingBackend()
+    await _queue(backend)
+    await _send(backend, 3)
+    async with run_worker(app, backend=backend) as harness:
+        begun = anyio.current_time()
+        await harness.wait_for_handled(3)
+    assert [at - begun for at in starts] == pytest.approx([0, 1, 2], abs=0.01)
+    assert {call.entries for call in backend.of("receive")} == {1}
+
+
+async def test_two_workers_sharing_a_limit_start_no_more_than_it_together() -> None:
+    shared = f"memory://{uuid.uuid4().hex}"
+    flow = FlowControl(rate=RateLimit(per_s=20, shared=shared, grant=10))
+    starts: list[float] = []
+    all_started = anyio.Event()
+    backend = RecordingBackend()
+    await _queue(backend)
+    await _send(backend, 100)
+    apps = []
+    for _ in range(2):
+        app = Worker(WorkerConfig(max_in_flight=10, wait_s=1, flow=flow))
+
+        @app.handler("jobs")
+        async def job(message: Message) -> None:
+            starts.append(anyio.current_time())
+            if len(starts) == 100:
+                all_started.set()
+
+        apps.append(app)
+    async with (
+        run_worker(apps[0], backend=backend) as first,
+        run_worker(apps[1], backend=backend) as second,
+    ):
+        with anyio.fail_after(60):
+            await all_started.wait()
+        await first.wait_until_idle()
+        await second.wait_until_idle()
+        both = Counter(len(harness.handled) for harness in (first, second))
+    starts.sort()
+    assert _within_rate(starts, per_s=20, burst=10)
+    assert starts[-1] - starts[0] == pytest.approx(4.5, abs=0.15)
+    assert sum(count * times for count, times in both.items()) == 100
+    assert min(both) > 0, "one worker took every grant"
+
+
+async def test_a_tenant_never_runs_more_than_its_cap_and_quiet_tenants_go_first() -> None:
+    app = Worker(
+        WorkerConfig(
+            max_in_flight=10,
+            wait_s=1,
+            flow=FlowControl(tenants=TenantCap(per_tenant=2, release_s=3)),
+        )
+    )
+    running: Counter[str] = Counter()
+    most: Counter[str] = Counter()
+    finished: dict[str, list[float]] = {}
+
+    @app.handler("jobs")
+    async def job(message: Message) -> None:
+        tenant = message.group_id or "?"
+        running[tenant] += 1
+        most[tenant] = max(most[tenant], running[tenant])
+        await anyio.sleep(1)
+        running[tenant] -= 1
+        finished.setdefault(tenant, []).append(anyio.current_time())
+
+    backend = RecordingBackend()
+    await _queue(backend)
+    await _send(backend, 30, group="noisy")
+    for quiet in ("a", "b", "c", "d"):
+        await _send(backend, 2, group=quiet)
+    async with run_worker(app, backend=backend) as harness:
+        start = anyio.current_time()
+        handled = await harness.wait_for_handled(38)
+        released = harness.supervisor.metrics.value(
+            "lease_worker_flow_tenant_released_total", queue="jobs"
+        )
+    assert max(most.values()) == 2
+    assert Counter(record.message.group_id for record in handled) == {
+        "noisy": 30,
+        "a": 2,
+        "b": 2,
+        "c": 2,
+        "d": 2,
+    }
+    assert all(record.outcome is Outcome.SUCCEEDED for record in handled)
+    # The quiet tenants' messages are done in a second: none waited behind the backlog.
+    for quiet in ("a", "b", "c", "d"):
+        # 4 of the 10 slots are the noisy tenant's (2 running, 2 waiting): the 8 quiet ones run
+        # in two rounds of 1 s, not behind the 30 noisy ones (3 s and more without the cap).
+        assert max(finished[quiet]) - start <= 2.1
+    assert released > 0
+
+
+async def test_messages_without_a_tenant_are_not_capped() -> None:
+    app = Worker(
+        WorkerConfig(max_in_flight=10, wait_s=1, flow=FlowControl(tenants=TenantCap(per_tenant=1)))
+    )
+    running = 0
+    most = 0
+
+    @app.handler("jobs")
+    async def job(message: Message) -> None:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        await anyio.sleep(1)
+        running -= 1
+
+    backend = RecordingBackend()
+    await _queue(backend)
+    await _send(backend, 10)
+    async with run_worker(app, backend=backend) as harness:
+        await harness.wait_for_handled(10)
+    assert most == 10
+
+
+async def test_a_key_function_picks_the_tenant_and_its_bugs_cap_nothing() -> None:
+    def by_body(message: ReceivedMessage) -> str | None:
+        if message.body == "boom":
+            raise ValueError("a bug in the key function")
+        return message.body
+
+    app = Worker(
+        WorkerConfig(
+            max_in_flight=10,
+            wait_s=1,
+            flow=FlowControl(tenants=TenantCap(per_tenant=1, key=by_body)),
+        )
+    )
+    running: Counter[str] = Counter()
+    most: Counter[str] = Counter()
+
+    @app.handler("jobs", decode="raw")
+    async def job(message: Message) -> None:
+        running[message.raw_body] += 1
+        most[message.raw_body] = max(most[message.raw_body], running[message.raw_body])
+        await anyio.sleep(1)
+        running[message.raw_body] -= 1
+
+    backend = RecordingBackend()
+    await _queue(backend)
+    await _send(backend, 3, body="x")
+    await _send(backend, 3, body="boom")
+    async with run_worker(app, backend=backend) as harness:
+        await harness.wait_for_handled(6)
+    assert most["x"] == 1
+    assert most["boom"] == 3
+
+
+async def test_a_shutdown_hands_back_the_messages_waiting_for_their_tenant() -> None:
+    app = Worker(
+        WorkerConfig(max_in_flight=10, wait_s=1, flow=FlowControl(tenants=TenantCap(per_tenant=1)))
+    )
+    gate = anyio.Event()
+    started = anyio.Event()
+
+    @app.handler("jobs")
+    async def job(message: Message) -> None:
+        started.set()
+        await gate.wait()
+
+    backend = RecordingBackend()
+    await _queue(backend)
+    await _send(backend, 2, group="t")  # one runs, one waits (cap 1, twice over: 1 waits)
+    async with run_worker(app, backend=backend) as harness:
+        await started.wait()
+        flow = harness.supervisor.flows["jobs"]
+        assert flow.tenants is not None and flow.tenants.waiting == 1
+        released = anyio.Event()
+        harness.supervisor.on_lease_finished.append(released.set)
+        harness.shutdown()
+        with anyio.fail_after(5):
+            await released.wait()  # the waiting one: handed back at once
+        gate.set()
+    [release] = backend.of("release")
+    assert release.visibility == (0,)
+    handled = harness.handled
+    assert len(handled) == 1 and handled[0].outcome is Outcome.SUCCEEDED
+    counts = backend.inner.engine.counts("jobs")
+    assert (counts.visible, counts.in_flight) == (1, 0)
+
+
+async def test_receives_stop_while_the_bodies_held_reach_max_bytes() -> None:
+    app = Worker(WorkerConfig(max_in_flight=10, wait_s=1, flow=FlowControl(max_bytes=1000)))
+    at_receive: list[int] = []
+    running = 0
+    most = 0
+
+    @app.handler("jobs", decode="raw")
+    async def job(message: Message) -> None:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        await anyio.sleep(1)
+        running -= 1
+
+    backend = RecordingBackend()
+    await _queue(backend)
+    await _send(backend, 12, body="x" * 300)
+    async with run_worker(app, backend=backend) as harness:
+        slots = harness.supervisor.flows["jobs"].slots
+        receive = backend.receive
+
+        async def counted(*args: object, **kwargs: object) -> Sequence[ReceivedMessage]:
+            at_receive.append(slots.bytes)
+            return await receive(*args, **kwargs)  # type: ignore[arg-type]
+
+        backend.receive = counted  # type: ignore[method-assign]
+        await harness.wait_for_handled(12)
+        await harness.wait_until_idle()
+        assert slots.bytes == 0
+    # A receive starts only under the cap; one receive may pass it by its batch.
+    assert all(held < 1000 for held in at_receive)
+    assert most <= 10
+    assert most * 300 <= 1000 + 10 * 300
+
+
+async def test_the_adaptive_limit_settles_where_the_downstream_stops_queueing() -> None:
+    """A downstream that serves 20 requests at once, each 0.1 s; beyond 20, requests queue:
+    a request takes 0.1 s times the load over 20. max_in_flight 100."""
+    app = Worker(
+        WorkerConfig(max_in_flight=100, wait_s=1, flow=FlowControl(adaptive=AdaptiveConcurrency()))
+    )
+    load = 0
+    limits: list[int] = []
+    loads: list[int] = []
+
+    @app.handler("jobs")
+    async def job(message: Message) -> None:
+        nonlocal load
+        load += 1
+        try:
+            await anyio.sleep(0.1 * max(1.0, load / 20))
+        finally:
+            load -= 1
+
+    backend = RecordingBackend()
+    await _queue(backend)
+    await _send(backend, 3000)
+    async with run_worker(app, backend=backend) as harness:
+        slots = harness.supervisor.flows["jobs"].slots
+        for _ in range(3000):
+            if len(harness.handled) >= 3000:
+                break
+            limits.append(slots.limit)
+            loads.append(load)
+            await anyio.sleep(0.05)
+        await harness.wait_for_handled(3000)
+        gauge = harness.supervisor.metrics.value(
+            "lease_worker_flow_concurrency_limit", queue="jobs"
+        )
+    assert gauge == slots.limit
+    settled = limits[len(limits) // 2 :]
+    assert 20 <= statistics.median(settled) <= 30, settled
+    assert max(settled) <= 30
+    running = loads[len(loads) // 2 :]
+    assert 20 <= statistics.median(running) <= 30, running

@@ -1,0 +1,119 @@
+"""One queue's flow control, beyond `max_in_flight`: what its `FlowControl` turns on.
+
+- `rate`: a `RateGate` the receiver asks before each receive;
+- `tenants`: per-tenant caps (`Tenants`) the supervisor applies to each message received
+  from a standard queue (a FIFO queue already runs each group one message at a time);
+- bytes: the receiver counts the bodies held in `slots` when `max_bytes` is set;
+- adaptive: a `ConcurrencyLimit` fed with each handler's time and outcome, applied to
+  `slots` (never above `max_in_flight`).
+
+With every part off the supervisor makes no `QueueFlow` at all: the hot path is unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+
+from worker.clock import Clock
+from worker.config import FlowControl
+from worker.core.concurrency import ConcurrencyLimit
+from worker.core.lease import Lease
+from worker.core.settlement import Outcome
+from worker.runtime.metrics import Metrics
+from worker.runtime.rate_gate import RateGate
+from worker.runtime.slots import Slots
+from worker.runtime.tenants import Tenants
+from worker.types import ReceivedMessage
+
+__all__ = ["QueueFlow"]
+
+#: Outcomes that say the downstream struggles (the adaptive limit backs off).
+_FAILED = frozenset({Outcome.RETRY, Outcome.FAILED, Outcome.TIMED_OUT, Outcome.LEASE_LOST})
+#: Outcomes that say nothing of the downstream (not sampled).
+_UNSAMPLED = frozenset({Outcome.SHUTDOWN, Outcome.SKIPPED})
+
+
+class QueueFlow:
+    def __init__(
+        self,
+        queue: str,
+        flow: FlowControl,
+        *,
+        slots: Slots,
+        rate: RateGate | None,
+        fifo: bool,
+        clock: Clock,
+        metrics: Metrics,
+        logger: Any = None,
+    ) -> None:
+        self.queue = queue
+        self.flow = flow
+        self.slots = slots
+        self.rate = rate
+        self._clock = clock
+        log = logger or structlog.get_logger("lease_worker.flow")
+        self.tenants: Tenants | None = None
+        if flow.tenants is not None:
+            if fifo:
+                log.info(
+                    "flow.tenant_cap_ignored",
+                    queue=queue,
+                    reason="a FIFO queue runs each message group one message at a time",
+                )
+            else:
+                self.tenants = Tenants(flow.tenants)
+        self.limit: ConcurrencyLimit | None = None
+        #: Handlers running (by message id: when each started), and held messages whose
+        #: handler ended: for the adaptive limit only.
+        self._started: dict[str, float] = {}
+        self._ended: set[str] = set()
+        self._limit_gauge = metrics.flow_concurrency_limit.labels(queue)
+        if flow.adaptive is not None:
+            adaptive = flow.adaptive
+            self.limit = ConcurrencyLimit(
+                largest=slots.capacity,
+                smallest=min(adaptive.smallest, slots.capacity),
+                initial=adaptive.initial,
+                alpha=adaptive.alpha,
+                beta=adaptive.beta,
+                backoff=adaptive.backoff,
+            )
+            slots.set_limit(self.limit.current)
+        self._limit_gauge.set(slots.limit)
+        self.tenant_released = metrics.flow_tenant_released.labels(queue)
+
+    def started(self, received: ReceivedMessage) -> None:
+        """The message's handler starts now (timed for the adaptive limit)."""
+        if self.limit is not None:
+            self._started[received.message_id] = self._clock.now()
+
+    def observed(self, received: ReceivedMessage, outcome: Outcome) -> None:
+        """A handler ended with `outcome`."""
+        if self.limit is None:
+            return
+        started = self._started.pop(received.message_id, None)
+        if started is None:
+            return
+        self._ended.add(received.message_id)
+        self.slots.handler_ended()
+        if outcome in _UNSAMPLED:
+            return
+        changed = self.limit.record(
+            self._clock.now() - started,
+            failed=outcome in _FAILED,
+            running=len(self._started) + 1,
+        )
+        if changed:
+            self.slots.set_limit(self.limit.current)
+            self._limit_gauge.set(self.limit.current)
+
+    def finished(self, lease: Lease) -> None:
+        """`lease` ended: its message is no longer held."""
+        if self._ended:
+            try:
+                self._ended.remove(lease.message_id)
+            except KeyError:
+                return
+            self.slots.settled()

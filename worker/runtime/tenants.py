@@ -1,0 +1,117 @@
+"""Per-tenant caps: one tenant never fills a worker's slots.
+
+`admit` decides for each message received from a standard queue with a cap: run it now
+(its tenant runs fewer than `per_tenant`), keep it waiting here (its lease held and renewed,
+no handler yet) while fewer than `per_tenant` of its tenant wait already, or hand it back
+(released with `release_s` of visibility) for another worker, or this one later, to take.
+`finished` is told when a lease ends and returns the tenant's next waiting message to run,
+if any. So a tenant holds at most twice its cap of the worker's slots, and the others keep
+the rest.
+
+A message without a tenant (no `MessageGroupId`, or the key function answered None) is not
+capped.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from enum import Enum
+
+from worker.config import TenantCap
+from worker.core.lease import Lease
+from worker.types import ReceivedMessage
+
+__all__ = ["Admission", "Tenants"]
+
+
+class Admission(Enum):
+    RUN = "run"
+    WAIT = "wait"
+    RELEASE = "release"
+
+
+class Tenants:
+    def __init__(self, cap: TenantCap) -> None:
+        self.cap = cap
+        self._running: dict[str, int] = {}
+        self._waiting: dict[str, deque[tuple[ReceivedMessage, Lease]]] = {}
+        #: The tenant of every message admitted (running or waiting), by message id.
+        self._tenant_of: dict[str, str] = {}
+        self._waiting_ids: set[str] = set()
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting_ids)
+
+    def admit(self, received: ReceivedMessage, lease: Lease) -> Admission:
+        try:
+            tenant = self.cap.key(received)
+        except Exception:  # a key function's bug caps nothing rather than losing the message
+            tenant = None
+        if tenant is None:
+            return Admission.RUN
+        running = self._running.get(tenant, 0)
+        if running < self.cap.per_tenant:
+            self._running[tenant] = running + 1
+            self._tenant_of[received.message_id] = tenant
+            return Admission.RUN
+        waiting = self._waiting.get(tenant)
+        if waiting is None:
+            waiting = self._waiting[tenant] = deque()
+        if len(waiting) < self.cap.per_tenant:
+            waiting.append((received, lease))
+            self._tenant_of[received.message_id] = tenant
+            self._waiting_ids.add(received.message_id)
+            return Admission.WAIT
+        return Admission.RELEASE
+
+    def finished(self, lease: Lease) -> tuple[ReceivedMessage, Lease] | None:
+        """`lease` ended: the next waiting message of its tenant to run now, if any."""
+        tenant = self._tenant_of.get(lease.message_id)
+        if tenant is None:
+            return None
+        waiting = self._waiting.get(tenant)
+        if lease.message_id in self._waiting_ids:  # ended while waiting: never ran
+            if waiting is not None:
+                for index, (_, held) in enumerate(waiting):
+                    if held is lease:
+                        del waiting[index]
+                        break
+                else:
+                    return None  # another lease of the same message id
+                self._forget_waiting(lease.message_id, tenant, waiting)
+            return None
+        del self._tenant_of[lease.message_id]
+        while waiting:
+            received, next_lease = waiting.popleft()
+            self._waiting_ids.discard(received.message_id)
+            if next_lease.active:
+                if not waiting:
+                    del self._waiting[tenant]
+                return received, next_lease  # still counted as running
+            self._tenant_of.pop(received.message_id, None)
+        self._waiting.pop(tenant, None)
+        running = self._running[tenant] - 1
+        if running:
+            self._running[tenant] = running
+        else:
+            del self._running[tenant]
+        return None
+
+    def take_waiting(self) -> list[Lease]:
+        """Every waiting message's lease, no longer waiting (a shutdown releases them)."""
+        taken = [lease for waiting in self._waiting.values() for _, lease in waiting]
+        for waiting in self._waiting.values():
+            for received, _ in waiting:
+                self._tenant_of.pop(received.message_id, None)
+        self._waiting.clear()
+        self._waiting_ids.clear()
+        return taken
+
+    def _forget_waiting(
+        self, message_id: str, tenant: str, waiting: deque[tuple[ReceivedMessage, Lease]]
+    ) -> None:
+        self._waiting_ids.discard(message_id)
+        del self._tenant_of[message_id]
+        if not waiting:
+            del self._waiting[tenant]
