@@ -195,7 +195,7 @@ class Metrics:
         )
         self.flow_concurrency_limit = self._gauge(
             "flow_concurrency_limit",
-            "Messages of the queue that may be held at once now (the adaptive limit, else "
+            "Handlers of the queue that may run at once now (the adaptive limit, else "
             "max_in_flight).",
             "queue",
         )
