@@ -9,12 +9,20 @@ the contender says "done"); CPU is read from /proc (utime + stime of the contend
 process tree, and of the server) at those same two moments, so start-up is not counted.
 Requests per operation come from the endpoint's `GET /_stats`, less the harness's own polls.
 At full size the contenders take turns three times; each row shows its fastest round (the
-least disturbed by anything else on the machine), every round's msgs/s in brackets.
+least disturbed by anything else on the machine) with the median of the rounds and every
+round's msgs/s in brackets.
+
+"lease-worker" is `lease-worker run` with no flags: the default configuration, whatever SQS
+client and event loop the code defaults to when the run starts; the rows named after a
+client or a loop pass it as a flag (one that names the default is not run again). The
+floor is a serial drain over raw HTTP/1.1 signed by botocore's SigV4Auth
+(bench/apps/raw_floor.py); the bare aiobotocore loop and the libraries are peers.
 
 Every contender may hold the same number of messages at once (10, one SQS batch; dramatiq's
 defaults hold up to 10 per process), with leases or heartbeats on where the library has
 them and its documented throughput settings; the list under the table gives them all.
-bench/peers/setup.sh installs the peers (run from here when they are missing).
+Celery drains fewer messages (its settings say how many). bench/peers/setup.sh installs the
+peers (run from here when they are missing).
 """
 
 from __future__ import annotations
