@@ -95,7 +95,7 @@ async def test_a_transient_whole_call_failure_is_retried_whole() -> None:
         ("orders", Outgoing(body="x" * 1_048_577), "1048577 bytes with its attributes, over"),
         ("jobs.fifo", Outgoing(body="x"), "'jobs.fifo' is a FIFO queue: a group_id is required"),
         ("jobs.fifo", Outgoing(body="x", group_id="g", delay_s=5), "no per-message delay_s"),
-        ("orders", Outgoing(body="x", group_id="g"), "group_id and deduplication_id are for"),
+        ("orders", Outgoing(body="x", deduplication_id="d"), "deduplication_id is for FIFO"),
         ("orders", Outgoing(body="x", delay_s=901), "delay_s=901: must be 0-900"),
         ("orders", Outgoing(body="x", attributes={"ok": True}), "'ok': a bool has no SQS data"),
         ("orders", Outgoing(body=object()), "cannot encode a object as JSON"),

@@ -39,7 +39,7 @@ class Outgoing:
     #: Seconds before it can be received (standard queues only); None: the queue's delay.
     delay_s: int | None = None
     attributes: Mapping[str, AttributeValue] = field(default_factory=lambda: MappingProxyType({}))
-    #: FIFO queues: required.
+    #: FIFO queues: required. Standard queues: optional, the tenant of an SQS fair queue.
     group_id: str | None = None
     #: FIFO queues: None leaves it to the queue's content-based deduplication, unless the
     #: producer computes it (`content_deduplication=True`).
@@ -81,8 +81,8 @@ def prepare(
             raise MessageRejected(index, "FIFO queues take no per-message delay_s")
         if dedup is None and content_deduplication:
             dedup = hashlib.sha256(body.encode()).hexdigest()
-    elif item.group_id is not None or dedup is not None:
-        raise MessageRejected(index, "group_id and deduplication_id are for FIFO queues")
+    elif dedup is not None:  # (a group id on a standard queue names a fair-queue tenant)
+        raise MessageRejected(index, "deduplication_id is for FIFO queues")
     if item.delay_s is not None and not 0 <= item.delay_s <= MAX_DELAY_S:
         raise MessageRejected(index, f"delay_s={item.delay_s!r}: must be 0-{MAX_DELAY_S}")
     message = OutgoingMessage(
