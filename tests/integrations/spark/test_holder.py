@@ -223,3 +223,13 @@ def test_a_commit_during_a_renewal_deletes_with_the_handle_the_renewal_answered(
     # Deleted with the rotated handles: before, the renewal's answer was dropped for a
     # message committed meanwhile, its delete refused, the message delivered again.
     assert all(endpoint.call(endpoint.engine.peek, QUEUE, i) is None for i in committed)
+
+
+def test_an_idle_queue_costs_one_long_poll_per_offset_request(endpoint: SqsEndpoint) -> None:
+    holder = LeaseHolder(lambda: connect_endpoint(endpoint.url), _settings(20), run="r")
+    start = holder.ledger.initial()
+    before = _calls(endpoint, "ReceiveMessage")
+    for _ in range(3):
+        assert holder.call(holder.latest, start, None) == start
+    holder.close()
+    assert _calls(endpoint, "ReceiveMessage") - before == 3  # nothing received ahead

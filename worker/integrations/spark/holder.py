@@ -19,7 +19,9 @@ Rules:
   `concurrency` calls at once) until `max_batch` messages are pending or the queue answers
   short; they are held and renewed like the rest. `latestOffset` waits for that to end,
   then gives the pending messages an offset; only with nothing pending does it long-poll
-  (`wait_s`). So a batch is `max_batch` messages unless the queue ran short.
+  (`wait_s`). So a batch is `max_batch` messages unless the queue ran short. Once a receive
+  finds the queue short, nothing is received ahead: an idle queue costs one long poll per
+  `latestOffset`, as without receiving ahead.
 - On commit, the batch's messages are deleted in the background (`concurrency` calls at
   once, each retried three times; one still failing is logged and will be delivered again:
   at least once) while Spark plans and runs the next batch; a commit first waits for the
@@ -107,6 +109,8 @@ class LeaseHolder:
         self._delete_kick: anyio.Event | None = None
         self._deleting: anyio.Event | None = None
         self._deleter: Future[None] | None = None
+        #: The last receive found the queue short of messages.
+        self._drained = False
         #: True from the start of `close`: a SIGTERM then waits for it to finish.
         self.closing = False
         self.terminate_after_close = False
@@ -159,7 +163,8 @@ class LeaseHolder:
         most = min(most or self.settings.max_batch, self.settings.max_batch)
         await self._received_ahead()
         offset = self.ledger.latest([], time.monotonic(), start, most)
-        self._start_ahead()
+        if not self._drained:  # an idle queue is long-polled by latestOffset alone
+            self._start_ahead()
         return offset
 
     async def batch(self, start: Offset, end: Offset) -> list[ReceivedMessage]:
@@ -199,8 +204,8 @@ class LeaseHolder:
         """Wait for the receive ahead to end; with nothing pending, long-poll for some."""
         assert self._idle is not None
         await self._idle.wait()
-        if not self.ledger.pending_count():
-            await self._receive(self.settings.wait_s)
+        if not self.ledger.pending_count():  # one long poll, as an idle queue gets
+            await self._receive(self.settings.wait_s, calls=1)
 
     def _start_ahead(self) -> None:
         assert self._kick is not None and self._idle is not None
@@ -219,9 +224,9 @@ class LeaseHolder:
             finally:
                 self._idle.set()
 
-    async def _receive(self, wait_s: float) -> None:
-        """Receive until `max_batch` messages are pending or the queue answers short,
-        `concurrency` calls at once; the first calls wait up to `wait_s` for messages."""
+    async def _receive(self, wait_s: float, calls: int | None = None) -> None:
+        """Receive until `max_batch` messages are pending or the queue answers short, `calls`
+        (`concurrency`) calls at once; the first calls wait up to `wait_s` for messages."""
         backend = self._open()
         size = backend.limits.receive_batch
         asked = 0
@@ -250,8 +255,9 @@ class LeaseHolder:
                 wait_s = 0  # more is there: take it without waiting
 
         async with anyio.create_task_group() as group:
-            for _ in range(self.settings.concurrency):
+            for _ in range(calls or self.settings.concurrency):
                 group.start_soon(receiver, wait_s)
+        self._drained = short
 
     async def _keep(self) -> None:
         while True:
