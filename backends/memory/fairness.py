@@ -18,11 +18,13 @@ fair queues work"):
   The engine has no notion of processing time and judges exactly, from the counts as they
   stand as each message is handed out, so tests can say what happens.
 
-Cost: the queue reports each grouped message's moves in O(1) (a heap push, O(log tenants),
-when a tenant's oldest visible message changes). The noisy set is kept exact per move
-without scanning tenants: at most nine tenants can each hold more than a tenth, and a tenant
-can only turn noisy when the in-flight total falls to exactly ten times its count, which a
-lookup by count finds. A queue that never saw a group id has no `Tenants` at all.
+Cost: the queue reports each move of a message in O(1), and while no tenant is noisy
+nothing else happens. A receive while one is noisy finds the oldest quiet message on a heap
+of tenants (O(log tenants), amortized over the moves that made entries stale). The noisy
+set is kept exact per move without scanning tenants: a tenant turns noisy only when its
+own count moves or the in-flight total falls to one less than ten times its count, and
+stops only when its own count moves or the total rises to ten times it; both are one
+lookup by count. A queue that never saw a group id has no `Tenants` at all.
 """
 
 from __future__ import annotations
