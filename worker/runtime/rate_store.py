@@ -91,11 +91,22 @@ class RedisRateStore:
     def from_url(cls, url: str, *, timeout_s: float) -> RedisRateStore:
         try:
             from redis.asyncio import Redis
+            from redis.asyncio.retry import Retry
+            from redis.backoff import NoBackoff
+            from redis.exceptions import ConnectionError as RedisConnectionError
         except ImportError as missing:  # pragma: no cover - the extra is in the dev install
             raise RateStoreError(
                 "a shared rate limit needs redis-py: pip install 'lease-worker[redis]'"
             ) from missing
-        client = Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+        # One retry on a broken connection: after a Redis restart the pooled connection is
+        # dead, and without it the first grant of every worker failed (a store error, a
+        # warning and, failing closed, a pause). A grant sent twice only wastes tokens.
+        client = Redis.from_url(
+            url,
+            socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s,
+            retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
+        )
         return cls(client)
 
     async def grant(self, key: str, count: int, per_s: float, burst: int) -> float:
