@@ -200,10 +200,6 @@ class Tenants:
             heapq.heappush(heads, entry)
         return found if found is not None else self._least_busy_noisy_head()
 
-    @property
-    def noisy(self) -> frozenset[str]:
-        return frozenset(self._noisy)
-
     def counts(self, visible: int, in_flight: int, delayed: int) -> FairCounts:
         """The queue's counts (all tenants) with the noisy tenants' share taken out."""
         noisy = self._noisy
