@@ -9,11 +9,18 @@ Rules this module keeps:
   does not read: that line and any after it were being written when the process or the
   machine stopped, so none was synced, so none was acknowledged. `read` says how many bytes
   it left.
-- The file is the owner's only (it holds message bodies).
+- Segments: records are appended to PATH.journal; a fold (`backends.serve.sqs.persist`)
+  renames it aside to `PATH.journal.<N>`, N the number of its last record, and starts a new
+  PATH.journal, so appends go on while the snapshot is written. `segments` lists them in
+  the order their records were written: the numbered ones by N, then PATH.journal. Each
+  segment is read on its own: a torn tail in one (a write that failed) does not hide the
+  records of the next.
+- The files are the owner's only (they hold message bodies).
 """
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import zlib
@@ -22,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["JournalFile", "Replayed", "encode", "read"]
+__all__ = ["JournalFile", "Replayed", "encode", "read", "segment_path", "segments"]
 
 
 def encode(sequence: int, record: Mapping[str, Any]) -> bytes:
@@ -70,6 +77,26 @@ def _line(line: bytes) -> tuple[int, dict[str, Any]] | None:
     if not isinstance(sequence, int) or not isinstance(record, dict):
         return None
     return sequence, record
+
+
+def segment_path(journal: Path, last: int) -> Path:
+    """The name a segment of `journal` is renamed to, `last` the number of its last record."""
+    return journal.with_name(f"{journal.name}.{last}")
+
+
+def segments(journal: Path) -> list[tuple[int | None, Path]]:
+    """The segments of `journal` that exist, oldest first, each with the number of its last
+    record (None for `journal` itself, the one appended to)."""
+    prefix = journal.name + "."
+    found: list[tuple[int | None, Path]] = []
+    for path in journal.parent.glob(glob.escape(prefix) + "*"):
+        number = path.name[len(prefix) :]
+        if number.isdigit() and number.isascii():
+            found.append((int(number), path))
+    found.sort(key=lambda item: item[0] or 0)
+    if journal.exists():
+        found.append((None, journal))
+    return found
 
 
 class JournalFile:
