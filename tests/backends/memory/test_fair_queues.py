@@ -18,7 +18,7 @@ from backends.memory.engine import MemoryEngine, QueueCounts
 from backends.memory.fairness import FairCounts
 from backends.serve.sqs.endpoint import sqs_endpoint_in_thread
 from worker.clock import ManualClock
-from worker.types import Deletion, OutgoingMessage, QueueSpec, VisibilityChange
+from worker.types import Deletion, OutgoingMessage, QueueSpec, RedrivePolicy, VisibilityChange
 
 Q = "jobs"
 LONG = 3600  # visibility for receives that should stay in flight throughout
@@ -134,6 +134,23 @@ def test_leases_that_lapse_end_the_noise(engine: MemoryEngine, clock: ManualCloc
     clock.advance(31)  # a1..a10 visible again, after a31..a40 and b's: a holds 20
     assert engine.fair_counts(Q) == FairCounts(0, 22, 20, 0)
     assert receive(engine, 13) == [*names("a", 31, 40), "b1", "b2", "a1"]
+
+
+def test_redriven_tenants_leave_and_arrive(engine: MemoryEngine, clock: ManualClock) -> None:
+    engine.create_queue(QueueSpec("dead"))
+    engine.set_queue_attributes(Q, redrive=RedrivePolicy("dead", max_receive_count=1))
+    send(engine, "a", 40)
+    send(engine, "b", 2)
+    assert [m.body for m in engine.receive(Q, 10, visibility_s=30)] == names("a", 1, 10)
+    receive(engine, 20)  # a holds 30: noisy
+    clock.advance(31)  # a1..a10 back, each received once already
+    assert receive(engine, 12) == [*names("a", 31, 40), "b1", "b2"]  # a: 30 of 32
+    assert engine.receive(Q, 10) == []  # a1..a10: to the dead-letter queue instead
+    assert engine.fair_counts(Q) == FairCounts(1, 0, 2, 0)
+    dead = engine.receive("dead", 10, visibility_s=LONG)
+    assert [(m.body, m.attributes["MessageGroupId"]) for m in dead] == [
+        (f"a{n}", "a") for n in range(1, 11)
+    ]
 
 
 def test_the_least_busy_noisy_tenant_goes_first(engine: MemoryEngine) -> None:
