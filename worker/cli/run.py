@@ -26,7 +26,7 @@ import importlib.util
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from types import FrameType
 from typing import Any
 
@@ -41,7 +41,15 @@ from worker.cli.loader import load_app
 from worker.cli.options import LOG_OPTIONS, Option, add_options
 from worker.cli.processes import run_processes
 from worker.cli.reach import Retry, interactive, reach
-from worker.config import LeaseConfig, ShutdownConfig, WorkerConfig
+from worker.config import (
+    AdaptiveConcurrency,
+    FlowControl,
+    LeaseConfig,
+    RateLimit,
+    ShutdownConfig,
+    TenantCap,
+    WorkerConfig,
+)
 from worker.errors import ConfigError, TransientBackendError, WorkerCrashed
 from worker.ops import HealthPolicy, OpsListener
 from worker.runtime.garbage import DEFAULT_FIRST_THRESHOLD, collect_less
@@ -112,6 +120,46 @@ OPTIONS: dict[str, tuple[Option, ...]] = {
             "long polls under way at once per queue (for thousands of msgs/s)",
             int,
             "N",
+        ),
+        # Flow control (FlowControl, worker-wide): each option over the app's WorkerConfig.flow.
+        Option(
+            "--rate-limit",
+            "start at most PER_S messages a second per queue; held back before the receive, "
+            "never received to wait (per process, or shared with --rate-limit-shared)",
+            float,
+            "PER_S",
+        ),
+        Option(
+            "--rate-limit-shared",
+            "share the rate limit through Redis (redis://host:6379/0) with every process "
+            "and pod that names it, one script call per 10 messages",
+            metavar="URL",
+        ),
+        Option(
+            "--rate-limit-outage",
+            "while the shared limit's Redis cannot be reached: closed (receive nothing "
+            "until it answers) or open (each process goes on at the full rate alone) "
+            "(default: closed)",
+            choices=("closed", "open"),
+        ),
+        Option(
+            "--tenant-cap",
+            "run at most N messages of one MessageGroupId at once per queue (standard "
+            "queues); more are held, then released for others to take",
+            int,
+            "N",
+        ),
+        Option(
+            "--max-bytes-in-flight",
+            "receive no more while the bodies held per queue reach N bytes",
+            int,
+            "N",
+        ),
+        Option(
+            "--adaptive-concurrency",
+            "find how many handlers run at once from their latency and errors, up to "
+            "--max-in-flight",
+            action="store_true",
         ),
         Option(
             "--processes",
@@ -243,7 +291,68 @@ def _configure(app: Worker, args: argparse.Namespace) -> WorkerConfig:
         changes["max_in_flight"] = args.max_in_flight
     if args.receive_concurrency is not None:
         changes["receive_concurrency"] = args.receive_concurrency
+    changes["flow"] = _flow(config.flow, args)
     return dataclasses.replace(config, **changes)
+
+
+def _flow(flow: FlowControl, args: argparse.Namespace) -> FlowControl:
+    """The app's flow control with the flow options over it; ConfigError naming the option."""
+    rate = flow.rate
+    rate_changes = {
+        name: value
+        for name, value in (
+            ("per_s", args.rate_limit),
+            ("shared", args.rate_limit_shared),
+            ("on_outage", args.rate_limit_outage),
+        )
+        if value is not None
+    }
+    with _named_options():
+        if rate_changes:
+            if rate is None and "per_s" not in rate_changes:
+                flag = "--rate-limit-shared" if args.rate_limit_shared else "--rate-limit-outage"
+                raise ConfigError(f"{flag} needs --rate-limit PER_S (no rate limit to change)")
+            rate = (
+                RateLimit(**rate_changes)
+                if rate is None
+                else dataclasses.replace(rate, **rate_changes)
+            )
+        tenants = flow.tenants
+        if args.tenant_cap is not None:
+            if tenants is None:
+                tenants = TenantCap(per_tenant=args.tenant_cap)
+            else:
+                tenants = dataclasses.replace(tenants, per_tenant=args.tenant_cap)
+        max_bytes = flow.max_bytes
+        if args.max_bytes_in_flight is not None:
+            max_bytes = args.max_bytes_in_flight
+        adaptive = flow.adaptive
+        if args.adaptive_concurrency and adaptive is None:
+            adaptive = AdaptiveConcurrency()
+        return FlowControl(rate=rate, tenants=tenants, max_bytes=max_bytes, adaptive=adaptive)
+
+
+#: The settings of the flow control's values, as the flow options name them.
+_FLOW_FLAGS = {
+    "per_s": "--rate-limit",
+    "shared": "--rate-limit-shared",
+    "on_outage": "--rate-limit-outage",
+    "per_tenant": "--tenant-cap",
+    "max_bytes": "--max-bytes-in-flight",
+}
+
+
+@contextlib.contextmanager
+def _named_options() -> Iterator[None]:
+    """A ConfigError of a flow value names the option that set it (`--tenant-cap=0: ...`)."""
+    try:
+        yield
+    except ConfigError as error:
+        text = str(error)
+        for setting, flag in _FLOW_FLAGS.items():
+            if text.startswith(f"{setting}="):
+                raise ConfigError(flag + text[len(setting) :]) from None
+        raise
 
 
 def _queue_urls(items: Sequence[str]) -> dict[str, str]:
