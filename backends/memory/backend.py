@@ -16,8 +16,7 @@ Rules of this adapter:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import replace
 
 import anyio
@@ -105,30 +104,39 @@ class MemoryBackend(DeadLetterCalls):
         """`receive`, with a FIFO receive's ReceiveRequestAttemptId (`attempt_id`): a retry
         gets the same messages (`backends.memory.attempts`)."""
         await self._checkpoint()
-        if not 0 <= wait_s <= self.limits.max_wait_s:
+        if not 0 <= wait_s <= self._limits.max_wait_s:
             name = self._engine.queue_name(queue)
             raise FatalBackendError(
-                f"WaitTimeSeconds={wait_s} is not in 0-{self.limits.max_wait_s}",
+                f"WaitTimeSeconds={wait_s} is not in 0-{self._limits.max_wait_s}",
                 operation="ReceiveMessage",
                 queue=name,
                 code="InvalidParameterValue",
             )
-        deadline = self._clock.now() + wait_s
+        engine, now = self._engine, self._clock.now
+        deadline = now() + wait_s
         expired = False
-        while True:
-            changed = anyio.Event()
-            with self._watching(queue, changed):
+        # Watched from before the receive: a change it makes itself ends the wait at once.
+        # A set of events per queue, entered and left by hand: once a receive, a generator
+        # context manager cost more than the rest of the watching.
+        name = engine.queue_name(queue)
+        watchers = self._waiters.get(name)
+        if watchers is None:
+            watchers = self._waiters[name] = set()
+        changed = anyio.Event()
+        watchers.add(changed)
+        try:
+            while True:
                 # Asked before the receive: a message due in between is then either taken
                 # or makes the wait end at once, never waits for a later wakeup.
-                wakeup = self._engine.next_wakeup(queue)
-                got = self._engine.receive(
+                wakeup = engine.next_wakeup(queue)
+                got = engine.receive(
                     queue,
                     max_messages,
                     visibility_s=visibility_s,
                     long_poll=wait_s > 0,
                     attempt_id=attempt_id,
                 )
-                if got or expired or self._clock.now() >= deadline:
+                if got or expired or now() >= deadline:
                     return got
                 until = deadline if wakeup is None else min(deadline, wakeup)
                 # The alarm for the deadline ends the wait even when the clock reads a hair
@@ -136,11 +144,19 @@ class MemoryBackend(DeadLetterCalls):
                 # ticks are whole microseconds): else the loop would spin, time standing still.
                 rang = await self._wait(changed, until)
                 expired = rang and until >= deadline
-                if rang and not expired and self._clock.now() < until:
+                if rang and not expired and now() < until:
                     # The same for the engine's wakeup (a message due): on the same clock,
                     # it sees nothing due until time moves past it. One tick more.
-                    await anyio.sleep(until - self._clock.now() + 1e-6)
-            self._check_open()
+                    await anyio.sleep(until - now() + 1e-6)
+                self._check_open()
+                if changed.is_set():  # a new event for the next wait, watched at once
+                    watchers.discard(changed)
+                    changed = anyio.Event()
+                    watchers.add(changed)
+        finally:
+            watchers.discard(changed)
+            if not watchers and self._waiters.get(name) is watchers:
+                del self._waiters[name]
 
     async def extend(self, queue: str, entries: Sequence[VisibilityChange]) -> BatchResult:
         await self._checkpoint()
@@ -189,18 +205,6 @@ class MemoryBackend(DeadLetterCalls):
     def _on_change(self, name: str) -> None:
         for event in self._waiters.get(name, ()):
             event.set()
-
-    @contextmanager
-    def _watching(self, queue: str, event: anyio.Event) -> Iterator[None]:
-        name = self._engine.queue_name(queue)
-        self._waiters.setdefault(name, set()).add(event)
-        try:
-            yield
-        finally:
-            events = self._waiters[name]
-            events.discard(event)
-            if not events:
-                del self._waiters[name]
 
     async def _wait(self, changed: anyio.Event, until: float) -> bool:
         """Wait for `changed` or for the clock to reach `until`, whichever is first; True if

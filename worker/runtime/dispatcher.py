@@ -58,6 +58,8 @@ class Dispatcher:
         self._groups: dict[tuple[str, str], deque[_Entry]] = {}
         self._batches = Batches(executor=executor, is_fifo=is_fifo)
         self.tasks: HandlerTasks | None = None
+        #: Each queue's handler, looked up once (`spec_for` is the registry's lookup).
+        self._specs: dict[str, HandlerSpec] = {}
 
     def adopt(self, received: ReceivedMessage, sent_at: float, visibility_s: float) -> bool:
         """True if `received` is a copy of a message held here; its lease takes the handle."""
@@ -102,16 +104,19 @@ class Dispatcher:
         (it is stopping): nothing then waits for that task, and the caller releases it.
         """
         self.hold(received, lease)
+        queue = received.queue
         assert self.tasks is not None, "dispatch before the handler task group started"
-        spec = self._spec_for(received.queue)
+        spec = self._specs.get(queue)
+        if spec is None:
+            spec = self._specs[queue] = self._spec_for(queue)
         if spec.batch is not None:
             self._batches.add(spec, received, lease, self.tasks)
             return
         group = received.group_id
-        if group is None or not self._is_fifo(received.queue):
+        if group is None or not self._is_fifo(queue):
             self.tasks.create_task(self._executor.run(spec, received, lease))
             return
-        group_key = (received.queue, group)
+        group_key = (queue, group)
         waiting = self._groups.get(group_key)
         if waiting is not None:
             waiting.append((spec, received, lease))

@@ -38,7 +38,7 @@ import structlog
 from worker.backend import Limits
 from worker.clock import LoopClock
 from worker.core.lease import Lease, LeaseState
-from worker.core.settlement import Action, Outcome, Settlement, settlement_for
+from worker.core.settlement import FIXED, Action, Outcome, Settlement, settlement_for
 from worker.envelope import fence
 from worker.envelope.codecs import PayloadError
 from worker.envelope.large_payloads import MissingPayload
@@ -47,6 +47,7 @@ from worker.errors import DecodeError, Discard, Duplicate, Retry
 from worker.message import Message, lease_of
 from worker.middleware import CallNext, build_chain
 from worker.registry import HandlerSpec
+from worker.runtime.families import CounterChild, HistogramChild
 from worker.runtime.lease_keeper import LeaseKeeper
 from worker.runtime.log_context import bind_body, bind_message
 from worker.runtime.metrics import Metrics
@@ -58,6 +59,32 @@ from worker.types import ReceivedMessage
 __all__ = ["Executor", "Observer", "decode", "fetch", "raised_by_handler"]
 
 _FORGET = Settlement(Action.FORGET)
+_HELD = LeaseState.HELD
+_LOST = LeaseState.LOST
+_SUCCEEDED = Outcome.SUCCEEDED
+_SKIPPED = Outcome.SKIPPED
+
+
+class _QueueMetrics:
+    """One queue's metric children that `finish` writes, looked up once, not once a
+    message (`labels()` builds a tuple and looks it up)."""
+
+    __slots__ = ("_handled", "_metrics", "_queue", "seconds")
+
+    def __init__(self, metrics: Metrics, queue: str) -> None:
+        self._metrics = metrics
+        self._queue = queue
+        self._handled: dict[Outcome, CounterChild] = {}
+        self.seconds: HistogramChild = metrics.handler_seconds.labels(queue)
+
+    def handled(self, outcome: Outcome) -> CounterChild:
+        child = self._handled.get(outcome)
+        if child is None:
+            child = self._handled[outcome] = self._metrics.handled.labels(
+                self._queue, outcome._value_
+            )
+        return child
+
 
 #: Called after each handler run with (message, outcome, settlement): for tests and hooks.
 Observer = Callable[[ReceivedMessage, Outcome, Settlement], None]
@@ -85,6 +112,7 @@ class Executor:
         self._observers = observers
         self._log = logger or structlog.get_logger("lease_worker.handler")
         self._chains: dict[str, CallNext] = {}
+        self._queue_metrics: dict[str, _QueueMetrics] = {}
 
     @property
     def clock(self) -> LoopClock:
@@ -175,12 +203,14 @@ class Executor:
             scope = lease.scope = HandlerScope(task)
             try:
                 # An earlier copy of this message may still run in an abandoned thread.
-                if self._threads.busy((received.queue, received.message_id)):
-                    await self._threads.wait_idle((received.queue, received.message_id))
+                threads = self._threads
+                if threads.any_running and threads.busy((received.queue, received.message_id)):
+                    await threads.wait_idle((received.queue, received.message_id))
                 fetched = received if spec.large_payloads is None else await fetch(spec, received)
+                chain = self._chains.get(spec.queue) or self.chain_for(spec)
                 # raw_body stays what travelled on the queue (an S3 pointer, say).
-                await self.chain_for(spec)(Message(received, decode(spec, fetched), lease))
-                outcome = Outcome.SUCCEEDED
+                await chain(Message(received, decode(spec, fetched), lease))
+                outcome = _SUCCEEDED
             except asyncio.CancelledError as error:
                 if not scope.close():
                     raise  # someone else's cancellation too: the task group is going down
@@ -194,7 +224,7 @@ class Executor:
                 scope.close()
             finally:
                 lease.scope = None
-            if lease.lost:
+            if lease.state is _LOST:
                 outcome, retry_after = Outcome.LEASE_LOST, 0.0
         finally:
             if span is not None:
@@ -260,22 +290,31 @@ class Executor:
         started: float,
     ) -> None:
         now = self._clock.now()
-        if outcome is not Outcome.SKIPPED and self._keeper.lapsed(lease, now):
+        if (
+            outcome is not _SKIPPED
+            # Held with time left is not lapsed: the keeper is asked only otherwise.
+            and (lease.state is not _HELD or now >= lease.deadline)
+            and self._keeper.lapsed(lease, now)
+        ):
             # A commit point: its deadline passed before anything noticed (a stall), so the
             # message may be someone else's now. Lost (and logged by the keeper): nothing
             # to delete or release.
             outcome = Outcome.LEASE_LOST
         duration = now - started
-        outcome_name: str = outcome._value_  # .value is a descriptor: four times the cost
-        self._metrics.handled.labels(received.queue, outcome_name).inc()
-        if outcome is not Outcome.SKIPPED:
-            self._metrics.handler_seconds.labels(received.queue).observe(duration)
-        if outcome is Outcome.SUCCEEDED:
+        queue_metrics = self._queue_metrics.get(received.queue)
+        if queue_metrics is None:
+            queue_metrics = self._queue_metrics[received.queue] = _QueueMetrics(
+                self._metrics, received.queue
+            )
+        queue_metrics.handled(outcome).inc()
+        if outcome is not _SKIPPED:
+            queue_metrics.seconds.observe(duration)
+        if outcome is _SUCCEEDED:
             self._keeper.record_duration(duration)
         if self._threads.any_running and self._threads.busy((received.queue, received.message_id)):
             settlement = _FORGET  # its thread runs on: never handed back before it ends
         else:
-            settlement = settlement_for(
+            settlement = FIXED.get(outcome) or settlement_for(
                 outcome,
                 policy=spec.policy,
                 receive_count=received.receive_count,
@@ -290,11 +329,11 @@ class Executor:
         # round(x, 3) at a seventh of the cost (0.9 -> 0.25 us a message, in all).
         self._log.bind().debug(
             "handler.done",
-            outcome=outcome_name,
+            outcome=outcome._value_,  # .value is a descriptor: four times the cost
             action=settlement.action._value_,
             duration_s=round(duration * 1000) / 1000,
         )
-        if lease.state is LeaseState.HELD:  # else the supervisor settled it, giving up on us
+        if lease.state is _HELD:  # else the supervisor settled it, giving up on us
             self._settler.submit(lease, settlement)
         for observer in self._observers:
             try:

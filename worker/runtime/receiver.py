@@ -179,7 +179,7 @@ class Receiver:
         After a failed receive the next one is a short poll: an empty long poll answers only
         after `wait_s`, which kept `/readyz` failing for that long after the service came
         back; the short poll's answer says at once that it is reachable again."""
-        lease_config = self._config.lease
+        visibility_s = self._config.lease.visibility_s
         wait_s = self._config.wait_s if self.reachable else 0
         sent_at = self._clock.now()
         self._metrics.receive_calls.labels(self.queue).inc()
@@ -193,7 +193,7 @@ class Receiver:
                         self.queue,
                         max_messages=count,
                         wait_s=wait_s,
-                        visibility_s=lease_config.visibility_s,
+                        visibility_s=visibility_s,
                     ),
                     operation="ReceiveMessage",
                     queue=self.queue,
@@ -215,35 +215,56 @@ class Receiver:
             self._metrics.empty_receives.labels(self.queue).inc()
         else:
             self._received.inc(len(messages))
+        if messages:
+            return self._hold(messages, handed_out, dispatch)
+        return 0
+
+    def _hold(
+        self,
+        messages: Sequence[ReceivedMessage],
+        handed_out: float,
+        dispatch: Callable[[ReceivedMessage, Lease], None],
+    ) -> int:
+        """A lease for each message received (bar copies of those held), then its handler;
+        returns how many are held. What is the same for the whole answer is read once."""
+        queue = self.queue
+        visibility_s = self._config.lease.visibility_s
         service_max_lease_s = self._backend.limits.max_lease_s
+        max_lease_s = min(self._config.lease.max_lease_s, service_max_lease_s)
+        keeper, now, finished = self._keeper, self._now, self._lease_finished
+        # Counted up front for the whole answer (a copy adopted is taken off again), so
+        # that a lease lost on arrival below never takes the gauge under what is held.
+        self._in_flight.inc(len(messages))
+        # One reading for the answer: nothing below awaits, so no time passes to speak of.
+        arrived = now()
         held = 0
         for received in messages:
             if self._note_sent_on:
                 self._note_sent(received)
             # Routed by this receiver's own queue (the name or URL the handler was
             # registered under), whatever spelling the backend used.
-            if received.queue != self.queue:
-                received = replace(received, queue=self.queue)
-            if self._adopt(received, handed_out, lease_config.visibility_s):
+            if received.queue != queue:
+                received = replace(received, queue=queue)
+            if self._adopt(received, handed_out, visibility_s):
+                self._in_flight.dec()
                 continue
             lease = Lease(
-                queue=self.queue,
+                queue=queue,
                 message_id=received.message_id,
                 receipt_handle=received.receipt_handle,
                 received_at=handed_out,
-                visibility_s=lease_config.visibility_s,
-                max_lease_s=min(lease_config.max_lease_s, service_max_lease_s),
+                visibility_s=visibility_s,
+                max_lease_s=max_lease_s,
                 service_max_lease_s=service_max_lease_s,
-                now=self._now,
-                on_finish=self._lease_finished,
+                now=now,
+                on_finish=finished,
                 received=received,
             )
             held += 1
-            self._in_flight.inc()
             if self._count_bytes:
                 self._slots.hold_bytes(body_size(received))
-            self._keeper.track(lease)
-            if self._keeper.lapsed(lease, self._now()):
+            keeper.track(lease)
+            if arrived >= lease.deadline and keeper.lapsed(lease, arrived):
                 continue  # lapsed before it arrived (a stall): lost, never run
             dispatch(received, lease)
         return held

@@ -38,7 +38,7 @@ from anyio.abc import TaskStatus
 
 from worker.backend import Backend
 from worker.clock import Clock
-from worker.core.lease import Lease
+from worker.core.lease import Lease, LeaseState
 from worker.core.settlement import Action, Settlement
 from worker.errors import BackendError, TransientBackendError
 from worker.runtime.calls import as_backend_error, call_by
@@ -50,6 +50,13 @@ __all__ = ["Settler"]
 
 _Key = tuple[str, Action]
 _Item = tuple[Lease, int]
+_HELD = LeaseState.HELD
+#: Entry ids, made once: a batch's entries are numbered from 0 (no str() per message).
+_IDS = tuple(str(i) for i in range(64))
+
+
+def _entry_id(i: int) -> str:
+    return _IDS[i] if i < len(_IDS) else str(i)
 
 
 class Settler:
@@ -75,6 +82,11 @@ class Settler:
         self._call_timeout = call_timeout_s
         self._renew_timeout = renew_timeout_s
         self._log = logger or structlog.get_logger("lease_worker.settle")
+        limits = backend.limits  # a backend's limits are fixed: read once, not per message
+        self._batch_sizes = {
+            Action.DELETE: limits.delete_batch,
+            Action.RELEASE: limits.release_batch,
+        }
         self._pending: dict[_Key, list[_Item]] = {}
         self._first_at: dict[_Key, float] = {}
         #: Keys with a failed call to retry: nothing of theirs goes out before this time.
@@ -88,13 +100,14 @@ class Settler:
 
     def submit(self, lease: Lease, settlement: Settlement) -> None:
         """Queue a delete or release of `lease`; FORGET settles it here and now."""
-        if not lease.active:
+        if lease.state is not _HELD and not lease.active:
             return
-        if settlement.action is Action.FORGET:
+        action = settlement.action
+        if action is Action.FORGET:
             self._leases.settled(lease)
             return
-        self._leases.settling(lease, stop_renewals=settlement.action is Action.RELEASE)
-        self._enqueue(lease, settlement.action, settlement.visibility_s)
+        self._leases.settling(lease, stop_renewals=action is Action.RELEASE)
+        self._enqueue(lease, action, settlement.visibility_s)
 
     @property
     def pending(self) -> int:
@@ -171,8 +184,7 @@ class Settler:
                 self._idle = None
 
     def _batch_size(self, action: Action) -> int:
-        limits = self._backend.limits
-        return limits.delete_batch if action is Action.DELETE else limits.release_batch
+        return self._batch_sizes[action]
 
     async def _send(self, key: _Key, items: list[_Item], *, hold: bool = True) -> None:
         queue, action = key
@@ -250,7 +262,7 @@ class Settler:
         if action is Action.DELETE:
             if hold:  # else no renewal can follow (the keeper is gone): all the time there is
                 deadline = self._delete_deadline(items)
-            deletions = [Deletion(str(i), handle) for i, handle in enumerate(handles)]
+            deletions = [Deletion(_entry_id(i), handle) for i, handle in enumerate(handles)]
             return await call_by(
                 deadline,
                 lambda: self._backend.delete(queue, deletions),
@@ -258,7 +270,7 @@ class Settler:
                 queue=queue,
             )
         changes = [
-            VisibilityChange(str(i), handle, vis)
+            VisibilityChange(_entry_id(i), handle, vis)
             for i, (handle, (_, vis)) in enumerate(zip(handles, items, strict=True))
         ]
         return await call_by(
@@ -276,16 +288,21 @@ class Settler:
         result: BatchResult,
         handles: Sequence[str],
     ) -> None:
+        succeeded = set(result.succeeded)
         failures = {failure.entry_id: failure for failure in result.failed}
         for i, (lease, visibility) in enumerate(items):
-            if lease.active and lease.receipt_handle != handles[i]:
+            if lease.receipt_handle != handles[i] and lease.active:
                 # Adopted a newer copy while the call was out: the answer, whatever it was,
                 # speaks of the old handle. The same call again, with the new one.
                 self._enqueue(lease, action, visibility)
                 continue
-            failure = failures.get(str(i))
-            if failure is None and str(i) not in result.succeeded:
-                failure = EntryFailure(str(i), "Missing", "no answer for this entry")
+            entry_id = _entry_id(i)
+            if not failures and entry_id in succeeded:  # the busy path: all went through
+                self._leases.settled(lease)
+                continue
+            failure = failures.get(entry_id)
+            if failure is None and entry_id not in succeeded:
+                failure = EntryFailure(entry_id, "Missing", "no answer for this entry")
             if failure is not None and not failure.sender_fault and self._may_retry(lease, action):
                 self._retry_later(lease, action, visibility)
                 continue
@@ -330,7 +347,7 @@ class Settler:
             self._wake.set()  # a new linger deadline to wait for
             return
         pending.append((lease, visibility))
-        if len(pending) >= self._batch_size(action):
+        if len(pending) >= self._batch_sizes[action]:
             self._wake.set()  # a full batch goes at once
 
     def _retry_later(self, lease: Lease, action: Action, visibility: int) -> None:

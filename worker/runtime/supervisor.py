@@ -400,7 +400,8 @@ class Supervisor:
             config=self.app.config,
             slots=slots,
             adopt=self.dispatcher.adopt,
-            dispatch=self._dispatch,
+            # Flow control off (no QueueFlow): straight to the handler, no lookup a message.
+            dispatch=self._dispatch if queue in self.flows else self._run_handler,
             release=self._release_unhandled,
             on_finish=self._finished,
             on_fatal=self._on_fatal,
@@ -492,10 +493,19 @@ class Supervisor:
 
     def _finished(self, lease: Lease) -> None:
         self.dispatcher.forget(lease)
+        if self.flows:  # flow control off: nothing to look up
+            self._flow_finished(lease)
+        for listener in self.on_lease_finished:
+            listener()
+        if not self.dispatcher.held_count and self.stopping:
+            self._drained.set()
+
+    def _flow_finished(self, lease: Lease) -> None:
         flow = self.flows.get(lease.queue)
-        if flow is not None:
-            flow.finished(lease)
-        if flow is not None and flow.tenants is not None:
+        if flow is None:
+            return
+        flow.finished(lease)
+        if flow.tenants is not None:
             turn = flow.tenants.finished(lease)
             if turn is not None:  # the tenant's next waiting message
                 if self.stopping:
@@ -503,10 +513,6 @@ class Supervisor:
                 else:
                     flow.started(turn[0])
                     self._run_handler(*turn)
-        for listener in self.on_lease_finished:
-            listener()
-        if not self.dispatcher.held_count and self.stopping:
-            self._drained.set()
 
     def _on_fatal(self, error: FatalBackendError) -> None:
         self._log.error("worker.fatal", error=str(error), code=error.code, queue=error.queue)
