@@ -65,6 +65,7 @@ def _queues(supervisor: Supervisor, held: Counter[str]) -> list[dict[str, Any]]:
     for spec in supervisor.app.registry:
         info = supervisor.queues.get(spec.queue)
         queue_counts = dict(counts.get(spec.queue, {}))
+        flow = supervisor.flows.get(spec.queue)
         rows.append(
             {
                 "queue": spec.queue,
@@ -72,6 +73,10 @@ def _queues(supervisor: Supervisor, held: Counter[str]) -> list[dict[str, Any]]:
                 "in_flight": held[spec.queue],
                 "max_in_flight": spec.max_in_flight or supervisor.app.config.max_in_flight,
                 "in_flight_limit": info.in_flight_limit if info else None,
+                # Handlers that may run at once now: the adaptive limit, None when it is off.
+                "concurrency_limit": (
+                    flow.limit.current if flow is not None and flow.limit is not None else None
+                ),
                 "received": queue_counts.pop("received", 0.0),
                 "outcomes": queue_counts,
             }

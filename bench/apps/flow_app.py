@@ -1,0 +1,99 @@
+"""A worker for the flow-control benches (bench/flow_rate.py, flow_tenants.py,
+flow_adaptive.py): the limits come from `lease-worker run`'s options, or from here where an
+option cannot say it (a tenant key read from the body).
+
+    FLOW_QUEUE=q FLOW_OUT=/tmp/x.log lease-worker run bench.apps.flow_app:app \\
+        --backend sqs --endpoint-url http://127.0.0.1:PORT --region us-east-1 --rate-limit 50
+
+Each handled message appends one line to `FLOW_OUT`: `<wall time handled> <outcome>
+<tenant> <sent wall time> <in flight downstream at start>`. Settings, from the environment:
+- `FLOW_WORK_S`: what a handler does: sleep this long (default 0: nothing);
+- `FLOW_DOWNSTREAM`: `serves,fails,service_s`: instead, call a downstream (in this process)
+  that serves `serves` requests at once in `service_s` each and queues the rest, and fails a
+  request that arrives while `fails` or more are inside (queued or served): a struggling
+  service, for the adaptive limit;
+- `FLOW_TENANT_CAP`: `N`: at most N messages of one tenant at once, the tenant read from the
+  body's `tenant` (no MessageGroupId needed: the queue is then not a fair queue).
+Prints "ready" at start-up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import anyio
+
+from worker import Message, Worker, WorkerContext
+from worker.config import FlowControl, TenantCap
+from worker.types import ReceivedMessage
+
+QUEUE = os.environ.get("FLOW_QUEUE", "flow")
+OUT = os.environ.get("FLOW_OUT", os.devnull)
+WORK_S = float(os.environ.get("FLOW_WORK_S", "0"))
+DOWNSTREAM = os.environ.get("FLOW_DOWNSTREAM", "")
+TENANT_CAP = int(os.environ.get("FLOW_TENANT_CAP", "0"))
+
+app = Worker(name="bench-flow")
+_out = open(OUT, "a", buffering=1)  # noqa: SIM115 - a line per message, for the whole run
+
+
+class Overloaded(Exception):
+    """The downstream refused: too many requests inside."""
+
+
+class Downstream:
+    def __init__(self, spec: str) -> None:
+        serves, fails, service_s = spec.split(",")
+        self.fails = int(fails)
+        self.service_s = float(service_s)
+        self.servers = anyio.Semaphore(int(serves))
+        self.inside = 0
+
+    async def call(self) -> int:
+        if self.inside >= self.fails:
+            raise Overloaded(f"{self.inside} requests inside")
+        self.inside += 1
+        seen = self.inside
+        try:
+            async with self.servers:
+                await anyio.sleep(self.service_s)
+        finally:
+            self.inside -= 1
+        return seen
+
+
+_downstream = Downstream(DOWNSTREAM) if DOWNSTREAM else None
+
+
+def _tenant(message: ReceivedMessage) -> str | None:
+    tenant: str | None = json.loads(message.body).get("tenant")
+    return tenant
+
+
+_flow = FlowControl(tenants=TenantCap(per_tenant=TENANT_CAP, key=_tenant)) if TENANT_CAP else None
+
+
+@app.on_startup
+async def ready(context: WorkerContext) -> None:
+    print("ready", flush=True)
+
+
+@app.handler(QUEUE, flow=_flow)
+async def handle(message: Message) -> None:
+    body = message.body
+    inside = 0
+    outcome = "ok"
+    try:
+        if _downstream is not None:
+            inside = await _downstream.call()
+        elif WORK_S:
+            await anyio.sleep(WORK_S)
+    except Overloaded:
+        outcome = "error"
+        raise
+    finally:
+        tenant = body.get("tenant", "-") if isinstance(body, dict) else "-"
+        sent = body.get("t", 0) if isinstance(body, dict) else 0
+        _out.write(f"{time.time():.6f} {outcome} {tenant} {sent} {inside}\n")
