@@ -6,7 +6,7 @@ show 2).
 Each run: a fresh `lease-worker serve-sqs`, one worker process (`lease-worker run
 bench.apps.flow_app:app`, `--max-in-flight` 10, handlers of `--work-s`), started first;
 then the noisy tenant's messages (`--noisy-times` x `--per-quiet`) are sent, then the 9
-quiet tenants' (`--per-quiet` each), all at once. Measured: the quiet tenants' median and
+quiet tenants' (`--per-quiet` each, in turn), all at once. Measured: the quiet tenants' median and
 p90 time-to-handle (handled minus sent, wall clock), and its ratio to the run without the
 noisy tenant. The run ends once every quiet message is handled. Rows:
 - quiet alone (the baseline), capped;
@@ -66,7 +66,8 @@ def _send(server: _harness.Server, url: str, tenants: list[str], group_ids: bool
 
 def one(run: Run, args: argparse.Namespace) -> tuple[list[float], int]:
     """Time-to-handle of each quiet message, and how many noisy ones were handled."""
-    quiet = [f"quiet-{t}" for t in range(9) for _ in range(args.per_quiet)]
+    # The quiet tenants' messages come in turn (as many tenants sending over time do).
+    quiet = [f"quiet-{t}" for _ in range(args.per_quiet) for t in range(9)]
     noisy = ["noisy"] * (args.per_quiet * args.noisy_times) if run.noisy else []
     options = ["--max-in-flight", "10"]
     env = {"FLOW_WORK_S": str(args.work_s)}
