@@ -34,6 +34,10 @@ __all__ = ["FIXED", "Action", "Outcome", "Settlement", "default_delay_s", "settl
 
 
 class Outcome(Enum):
+    # Hashed by identity, as members compare: Enum's own __hash__ is Python code that
+    # hashes the name, and outcomes and actions key dicts several times a message.
+    __hash__ = object.__hash__
+
     SUCCEEDED = "succeeded"
     DISCARDED = "discarded"
     DUPLICATE = "duplicate"
@@ -46,6 +50,8 @@ class Outcome(Enum):
 
 
 class Action(Enum):
+    __hash__ = object.__hash__  # as Outcome's
+
     DELETE = "delete"
     RELEASE = "release"
     FORGET = "forget"
