@@ -2,13 +2,16 @@
 signalled (docs/reference/sqs-compatibility.md says what differs from SQS).
 
 SIGTERM or SIGINT ends it with status 0; invalid settings exit 2 with one line; a port that
-cannot be bound exits 1.
+cannot be bound, or a --persist PATH that cannot be written or is served by another process,
+exits 1 with one line.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +24,7 @@ from backends.memory.handles import HandleRules
 from backends.serve.sqs import serve_sqs
 from backends.serve.sqs.persist import Persistence
 from worker.cli.options import LOG_OPTIONS, Option, add_options
-from worker.cli.serving import create_queues, run_server, serve_until_signalled
+from worker.cli.serving import CannotStart, create_queues, run_server, serve_until_signalled
 from worker.clock import LoopClock
 from worker.errors import ConfigError
 
@@ -103,6 +106,18 @@ def _check(args: argparse.Namespace) -> None:
         raise ConfigError(f"--persist-every={args.persist_every}: must be > 0")
 
 
+@contextlib.contextmanager
+def _persisting(path: Path) -> Iterator[None]:
+    """An `OSError` of `--persist` as `CannotStart`, saying which file (not the port)."""
+    try:
+        yield
+    except OSError as error:
+        reason = error.strerror or str(error)
+        if error.filename is not None:
+            reason = f"{reason}: {error.filename}"
+        raise CannotStart(f"--persist {path}: {reason}") from None
+
+
 async def _serve(args: argparse.Namespace) -> None:
     engine = MemoryEngine(
         LoopClock(),
@@ -113,12 +128,15 @@ async def _serve(args: argparse.Namespace) -> None:
     store = None
     if args.persist is not None:
         store = Persistence(engine, args.persist, interval_s=args.persist_every)
-        if store.open():
+        with _persisting(args.persist):
+            opened = store.open()
+        if opened:
             restored = len(engine.list_queues())
             structlog.get_logger("lease_worker.cli").info("sqs_endpoint.restored", queues=restored)
     create_queues(engine, args.queue)
     if store is not None:
-        store.compact_now()  # the --queue ones are on disk before anything is served
+        with _persisting(args.persist):
+            store.compact_now()  # the --queue ones are on disk before anything is served
     durable = None if store is None else store.durable
     serve = functools.partial(serve_sqs, engine, host=args.host, port=args.port, durable=durable)
 

@@ -1,6 +1,7 @@
 """What `serve-sqs` and `serve-smq` share: run a server over the engine until SIGTERM or
 SIGINT, with their exit statuses (0 after a signal, 2 for invalid settings, 1 for a port
-that cannot be bound) and their start and stop log events."""
+that cannot be bound or another start-up step that fails, `CannotStart`) and their start and
+stop log events."""
 
 from __future__ import annotations
 
@@ -19,7 +20,12 @@ from worker.cli.logging import configure_logging, resolve_format
 from worker.errors import ConfigError, FatalBackendError
 from worker.types import QueueSpec
 
-__all__ = ["create_queues", "run_server", "serve_until_signalled"]
+__all__ = ["CannotStart", "create_queues", "run_server", "serve_until_signalled"]
+
+
+class CannotStart(Exception):
+    """A start-up step other than binding the port failed (a `--persist` file that cannot be
+    written, or is in use): exit 1 with this message."""
 
 
 def run_server(
@@ -39,6 +45,9 @@ def run_server(
     except (ConfigError, ValueError) as error:
         print(f"lease-worker: error: {error}", file=sys.stderr)
         return 2
+    except CannotStart as error:
+        print(f"lease-worker: error: {error}", file=sys.stderr)
+        return 1
     except OSError as error:
         where = f"{args.host}:{args.port}"
         print(f"lease-worker: error: cannot serve on {where}: {error}", file=sys.stderr)

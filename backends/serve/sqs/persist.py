@@ -237,9 +237,8 @@ class Persistence:
             holder = os.pread(descriptor, 32, 0).decode(errors="replace").strip()
             os.close(descriptor)
             by = f" (pid {holder})" if holder.isdigit() else ""
-            raise InUse(
-                errno.EWOULDBLOCK, f"{self.path} is in use by another process{by}"
-            ) from None
+            reason = f"in use by another process{by} holding {self.lock_path}"
+            raise InUse(errno.EWOULDBLOCK, reason) from None
         os.ftruncate(descriptor, 0)
         os.pwrite(descriptor, f"{os.getpid()}\n".encode(), 0)
         self._lock_fd = descriptor

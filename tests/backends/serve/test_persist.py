@@ -191,3 +191,73 @@ def test_a_torn_journal_tail_is_ignored(tmp_path: Path, servers: list[Serving]) 
     assert [m["MessageId"] for m in got] == [kept]
     after = read_journal(journal)  # new records follow whole records, not the torn tail
     assert (len(after.records), after.ignored_bytes) == (1, 0)
+
+
+def test_a_second_server_on_the_same_path_refuses_to_start(
+    tmp_path: Path, servers: list[Serving]
+) -> None:
+    # A restart overlap: both appended to and emptied the same journal.
+    state = tmp_path / "state.json"
+    servers.append(Serving(state, "--queue", "jobs"))
+    sqs = servers[-1].started()
+    url = sqs.get_queue_url(QueueName="jobs")["QueueUrl"]
+    sent = sqs.send_message(QueueUrl=url, MessageBody="first's")["MessageId"]
+    second = subprocess.run(
+        [sys.executable, "-m", "worker", "serve-sqs", "--port", "0", "--persist", str(state)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+        check=False,
+    )
+    assert second.returncode == 1
+    pid = servers[0].proc.pid
+    assert second.stderr.strip().splitlines() == [
+        f"lease-worker: error: --persist {state}: in use by another process (pid {pid}) "
+        f"holding {state}.lock"
+    ]
+    [got] = sqs.receive_message(QueueUrl=url)["Messages"]  # the first serves on, untouched
+    assert got["MessageId"] == sent
+    assert servers[0].stop() == 0
+
+
+def test_a_persist_file_that_cannot_be_written_says_so(tmp_path: Path) -> None:
+    # It said "cannot serve on 127.0.0.1:0", as if the port were the problem.
+    state = tmp_path / "missing" / "state.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "worker", "serve-sqs", "--port", "0", "--persist", str(state)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        f"lease-worker: error: --persist {state}: No such file or directory: {state}.lock"
+    ]
+
+
+def test_a_sigkill_during_a_fold_loses_nothing(tmp_path: Path, servers: list[Serving]) -> None:
+    # Folds back to back (a few MB of state each), sends answered while they write; killed
+    # while a fold's journal segment is on disk, mid-fold.
+    state = tmp_path / "state.json"
+    servers.append(Serving(state, "--queue", "jobs", "--persist-every", "0.01"))
+    sqs = servers[-1].started()
+    url = sqs.get_queue_url(QueueName="jobs")["QueueUrl"]
+    sent = {
+        sqs.send_message(QueueUrl=url, MessageBody=f"{i:03d}" + "x" * 200_000)["MessageId"]
+        for i in range(20)
+    }
+    deadline = time.monotonic() + WAIT_S
+    while not list(tmp_path.glob("state.json.journal.*")):
+        assert time.monotonic() < deadline, "no fold seen"
+        sent.add(sqs.send_message(QueueUrl=url, MessageBody="small")["MessageId"])
+    servers[-1].stop(signal.SIGKILL)
+
+    servers.append(Serving(state))
+    sqs = servers[-1].started()
+    got: set[str] = set()
+    while batch := sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages"):
+        got.update(m["MessageId"] for m in batch)
+    assert got == sent
