@@ -368,23 +368,26 @@ def _message_group(message: ReceivedMessage) -> str | None:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TenantCap:
-    """At most `per_tenant` messages of one tenant run at once (standard queues).
+    """At most `per_tenant` messages of one tenant held at once (standard queues).
 
     A tenant is the message's `MessageGroupId` (SQS fair queues' tenants) unless `key` picks
-    another. A message over the cap waits in the worker, its lease kept, while fewer than
-    `per_tenant` of its tenant wait already; beyond that it is released with `release_s`
-    of visibility for another worker (or this one, later) to take, so that one tenant never
-    fills the worker's slots. Each release counts as a receive toward the queue's
-    `maxReceiveCount`: see docs/how-to/flow-control.md.
+    another. A message received over the cap is released with `release_s` of visibility for
+    another worker (or this one, later) to take, so that one tenant never fills the worker's
+    slots. `waiting`: how many such messages of a tenant may instead wait in the worker, their
+    leases kept, to run as soon as the tenant's running ones end (fewer releases, but they
+    take slots too). Each release counts as a receive toward the queue's `maxReceiveCount`:
+    see docs/how-to/flow-control.md.
     """
 
     per_tenant: int
     key: TenantKey = _message_group
     release_s: int = 5
+    waiting: int = 0
 
     def __post_init__(self) -> None:
         _whole("per_tenant", self.per_tenant, 1)
         _whole("release_s", self.release_s, 0, MAX_VISIBILITY_S)
+        _whole("waiting", self.waiting, 0)
         _check(callable(self.key), "key", self.key, "must be a callable(message) -> str | None")
 
 

@@ -156,7 +156,7 @@ async def test_a_tenant_never_runs_more_than_its_cap_and_quiet_tenants_go_first(
         WorkerConfig(
             max_in_flight=10,
             wait_s=1,
-            flow=FlowControl(tenants=TenantCap(per_tenant=2, release_s=3)),
+            flow=FlowControl(tenants=TenantCap(per_tenant=2, release_s=3, waiting=2)),
         )
     )
     running: Counter[str] = Counter()
@@ -258,7 +258,9 @@ async def test_a_key_function_picks_the_tenant_and_its_bugs_cap_nothing() -> Non
 
 async def test_a_shutdown_hands_back_the_messages_waiting_for_their_tenant() -> None:
     app = Worker(
-        WorkerConfig(max_in_flight=10, wait_s=1, flow=FlowControl(tenants=TenantCap(per_tenant=1)))
+        WorkerConfig(
+            max_in_flight=10, wait_s=1, flow=FlowControl(tenants=TenantCap(per_tenant=1, waiting=1))
+        )
     )
     gate = anyio.Event()
     started = anyio.Event()
@@ -270,7 +272,7 @@ async def test_a_shutdown_hands_back_the_messages_waiting_for_their_tenant() -> 
 
     backend = RecordingBackend()
     await _queue(backend)
-    await _send(backend, 2, group="t")  # one runs, one waits (cap 1, twice over: 1 waits)
+    await _send(backend, 2, group="t")  # one runs, one waits (cap 1, 1 may wait)
     async with run_worker(app, backend=backend) as harness:
         await started.wait()
         flow = harness.supervisor.flows["jobs"]
@@ -364,3 +366,34 @@ async def test_the_adaptive_limit_settles_where_the_downstream_stops_queueing() 
     assert max(settled) <= 30
     running = loads[len(loads) // 2 :]
     assert 20 <= statistics.median(running) <= 30, running
+
+
+async def test_by_default_a_tenant_over_its_cap_is_released_not_kept_waiting() -> None:
+    """The issue's rule: at most `per_tenant` of a tenant's messages held by a worker."""
+    app = Worker(
+        WorkerConfig(
+            max_in_flight=10,
+            wait_s=1,
+            flow=FlowControl(tenants=TenantCap(per_tenant=1, release_s=2)),
+        )
+    )
+    held_by_tenant: list[int] = []
+
+    @app.handler("jobs")
+    async def job(message: Message) -> None:
+        held_by_tenant.append(
+            sum(lease.received is not None for lease in harness.supervisor.dispatcher.held())
+        )
+        await anyio.sleep(1)
+
+    backend = RecordingBackend()
+    await _queue(backend)
+    await _send(backend, 4, group="t")
+    async with run_worker(app, backend=backend) as harness:
+        handled = await harness.wait_for_handled(4)
+        released = harness.supervisor.metrics.value(
+            "lease_worker_flow_tenant_released_total", queue="jobs"
+        )
+    assert held_by_tenant == [1, 1, 1, 1]
+    assert sorted(record.message.receive_count for record in handled)[0] == 1
+    assert released >= 3

@@ -2,11 +2,11 @@
 
 `admit` decides for each message received from a standard queue with a cap: run it now
 (its tenant runs fewer than `per_tenant`), keep it waiting here (its lease held and renewed,
-no handler yet) while fewer than `per_tenant` of its tenant wait already, or hand it back
+no handler yet) while fewer than `waiting` of its tenant wait already, or hand it back
 (released with `release_s` of visibility) for another worker, or this one later, to take.
 `finished` is told when a lease ends and returns the tenant's next waiting message to run,
-if any. So a tenant holds at most twice its cap of the worker's slots, and the others keep
-the rest.
+if any. So a tenant holds at most `per_tenant + waiting` of the worker's slots, and the
+others keep the rest.
 
 A message without a tenant (no `MessageGroupId`, or the key function answered None) is not
 capped.
@@ -56,9 +56,9 @@ class Tenants:
             self._tenant_of[received.message_id] = tenant
             return Admission.RUN
         waiting = self._waiting.get(tenant)
-        if waiting is None:
-            waiting = self._waiting[tenant] = deque()
-        if len(waiting) < self.cap.per_tenant:
+        if (0 if waiting is None else len(waiting)) < self.cap.waiting:
+            if waiting is None:
+                waiting = self._waiting[tenant] = deque()
             waiting.append((received, lease))
             self._tenant_of[received.message_id] = tenant
             self._waiting_ids.add(received.message_id)
