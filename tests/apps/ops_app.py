@@ -18,11 +18,15 @@ import anyio
 from prometheus_client import Counter
 
 from worker import (
+    AdaptiveConcurrency,
+    FlowControl,
     LeaseConfig,
     Message,
     OutgoingMessage,
     QueueAdmin,
+    RateLimit,
     RedrivePolicy,
+    TenantCap,
     Worker,
     WorkerConfig,
     WorkerContext,
@@ -30,6 +34,8 @@ from worker import (
 from worker.types import QueueSpec
 
 QUEUE, DLQ = "orders", "orders-dlq"
+#: A queue with every part of flow control on, for the dashboard's flow panel.
+METERED = "metered"
 
 app = Worker(
     WorkerConfig(
@@ -51,6 +57,7 @@ async def create_queues(context: WorkerContext) -> None:
         await context.backend.create_queue(
             QueueSpec(QUEUE, visibility_timeout_s=2, redrive=redrive)
         )
+        await context.backend.create_queue(QueueSpec(METERED))
 
 
 @app.handler(QUEUE)
@@ -61,6 +68,19 @@ async def fulfil(message: Message) -> None:
     if body.get("fail"):
         raise RuntimeError("the payment service said no")
     fulfilled.inc()
+
+
+@app.handler(
+    METERED,
+    flow=FlowControl(
+        rate=RateLimit(per_s=20),
+        tenants=TenantCap(per_tenant=1),
+        max_bytes=1_000_000,
+        adaptive=AdaptiveConcurrency(),
+    ),
+)
+async def meter(message: Message) -> None:
+    await anyio.sleep(0.05)
 
 
 @app.background
@@ -76,4 +96,6 @@ async def produce(context: WorkerContext) -> None:
         bodies.append("not json")
         batch = [OutgoingMessage(entry_id=str(i), body=body) for i, body in enumerate(bodies)]
         await context.backend.send(QUEUE, batch)
+        tenants = [OutgoingMessage(entry_id=str(i), body="{}", group_id="t") for i in range(3)]
+        await context.backend.send(METERED, tenants)
         await anyio.sleep(1)

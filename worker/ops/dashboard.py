@@ -210,6 +210,23 @@ PANELS: tuple[Panel, ...] = (
         "Receive calls and how many answered nothing, deletes and releases waiting to be "
         "sent, and threads of synchronous handlers that were given up on.",
     ),
+    Panel(
+        "Flow control",
+        "short",
+        (
+            (
+                "concurrency limit {{queue}}",
+                f"min by (queue) (lease_worker_flow_concurrency_limit{{{_Q}}})",
+            ),
+            ("rate-limit wait s/s {{queue}}", _rate("lease_worker_flow_rate_wait_seconds_total")),
+            ("store errors/s {{queue}}", _rate("lease_worker_flow_rate_store_errors_total")),
+            ("tenant releases/s {{queue}}", _rate("lease_worker_flow_tenant_released_total")),
+        ),
+        "Queues with flow control (FlowControl): the handlers each worker may run at once "
+        "(the adaptive limit; else max_in_flight), seconds receives waited for the rate "
+        "limit per second, grants a shared limit's Redis did not answer, and messages "
+        "released because their tenant was at its cap.",
+    ),
 )
 
 _DATASOURCE = DataSourceRef(type_val="prometheus", uid="${datasource}")
