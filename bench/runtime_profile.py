@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
+import os
 import pstats
 import re
 import subprocess
@@ -88,7 +89,9 @@ def _instructions(side: str, messages: int, loop: str) -> int:
             *(sys.executable, "-m", "bench.runtime_profile", "run", side),
             *("--messages", str(messages), "--loop", loop),
         ]
-        subprocess.run(command, check=True, capture_output=True)
+        # The same string hashes in every run: dict and set layouts, and their costs, too.
+        env = {**os.environ, "PYTHONHASHSEED": "0"}
+        subprocess.run(command, check=True, capture_output=True, env=env)
         match = re.search(r"^summary:\s+(\d+)", out.read_text(), re.MULTILINE)
         assert match, "no summary line in callgrind's output"
         return int(match.group(1))

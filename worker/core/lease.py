@@ -80,9 +80,8 @@ class Lease:
         "tracked",
     )
 
-    def __init__(
+    def __init__(  # positional too: the receiver makes one a message, and keywords cost
         self,
-        *,
         queue: str,
         message_id: str,
         receipt_handle: str,

@@ -39,6 +39,7 @@ class HandlerTasks:
         self._closing = False
         self._stopping = False  # cancelled, or a task crashed: no new tasks
         self._ended = anyio.Event()
+        self._over = False  # `_ended` is set: a plain bool, read once a task
         # Made once, used for every task: see the module's docstring.
         self._task_done = self._done
         self._callback_context = contextvars.Context()
@@ -57,7 +58,7 @@ class HandlerTasks:
 
     def create_task(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         """Run `coro` as a task of the group; RuntimeError once it is stopping or ended."""
-        if self._loop is None or self._stopping or self._ended.is_set():
+        if self._loop is None or self._stopping or self._over:
             coro.close()  # never awaited, on purpose: no warning about it
             state = "not open" if self._loop is None else "stopping or ended"
             raise RuntimeError(f"the handler task group is {state}")
@@ -93,8 +94,10 @@ class HandlerTasks:
                 for other in list(self._tasks):
                     other.cancel()
             self._on_crash(error)
-        self._end_if_empty()
+        if not self._tasks:  # else it cannot end yet: no call once a task
+            self._end_if_empty()
 
     def _end_if_empty(self) -> None:
         if not self._tasks and (self._closing or self._stopping) and self._loop is not None:
+            self._over = True
             self._ended.set()

@@ -248,17 +248,18 @@ class Receiver:
             if self._adopt(received, handed_out, visibility_s):
                 self._in_flight.dec()
                 continue
+            # Positional: ten keywords matched a message cost more than the lease's fields.
             lease = Lease(
-                queue=queue,
-                message_id=received.message_id,
-                receipt_handle=received.receipt_handle,
-                received_at=handed_out,
-                visibility_s=visibility_s,
-                max_lease_s=max_lease_s,
-                service_max_lease_s=service_max_lease_s,
-                now=now,
-                on_finish=finished,
-                received=received,
+                queue,
+                received.message_id,
+                received.receipt_handle,
+                handed_out,  # received_at
+                visibility_s,
+                max_lease_s,
+                now,
+                service_max_lease_s,
+                finished,  # on_finish
+                received,
             )
             held += 1
             if self._count_bytes:
