@@ -44,6 +44,8 @@ __all__ = ["RECORDER", "AwsCallsPlugin", "Call", "Recorder", "Tap", "feature_of"
 
 _ROOT = Path(__file__).resolve().parents[1]
 _PROJECT = tuple(str(_ROOT / part) + "/" for part in ("worker", "backends"))
+#: Code whose own AWS calls are no pod's: the tests' and the examples'.
+_OWN_CODE = tuple(str(_ROOT / part) + "/" for part in ("tests", "examples"))
 _WORKEROUTPUT_KEY = "aws_calls"
 #: A file to write every recorded call to, as JSON rows, when the run ends.
 DUMP_VARIABLE = "TESTS_AWS_CALLS_DUMP"
@@ -64,10 +66,17 @@ Frames = tuple[tuple[str, str], ...]
 
 
 def _project_frames(frame: FrameType | None) -> Frames:
+    """The project frames that made a call; none when the innermost frame of this repository
+    is a test's or an example's own (its client, called from a test helper, even one that a
+    worker's task runs)."""
     found: list[tuple[str, str]] = []
+    innermost = True
     while frame is not None:
         filename = frame.f_code.co_filename
+        if innermost and filename.startswith(_OWN_CODE) and filename != __file__:
+            return ()
         if filename.startswith(_PROJECT):
+            innermost = False
             module = filename[len(str(_ROOT)) + 1 : -3].replace("/", ".")
             found.append((module, frame.f_code.co_qualname))
         frame = frame.f_back
