@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import os
 import shutil
 import statistics
@@ -33,6 +34,7 @@ from typing import Any, cast
 from backends.sqs import SqsBackend, SqsSettings
 from backends.sqs.settings import SQS_CLIENTS, SqsClientKind
 from bench._harness import CREDENTIALS, Server, Sqs, cpu_s, server
+from bench.goals import SPARK_FIGURES
 from worker.backend import Backend
 
 QUEUE = "spark-source"
@@ -323,12 +325,23 @@ def main(argv: Sequence[str] | None = None) -> None:
         help='one setting, e.g. "client=lean max_batch=20000 trigger=1s" (repeatable; '
         "instead of --grid)",
     )
+    parser.add_argument(
+        "--out",
+        default=str(SPARK_FIGURES),
+        help=f"write the best setting's figure here as JSON (default: {SPARK_FIGURES}; "
+        "'' for none)",
+    )
     args = parser.parse_args(argv)
     settings = _listed(args.setting) if args.setting else _grid(args.grid)
     results = run(settings, args.messages, args.rounds)
     print(_table(results))
     best = max(results, key=Result.rate)
     print(f"best: {best.setting.label()}: {best.rate():,.0f} messages/s")
+    if args.out:
+        # For bench/goals.py's table (docs/benchmarks.md): the median rate of the best setting.
+        figures = {"rate": round(best.rate(), 1), "setting": best.setting.label()}
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(figures) + "\n")
 
 
 if __name__ == "__main__":
