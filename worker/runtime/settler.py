@@ -55,8 +55,9 @@ _HELD = LeaseState.HELD
 _IDS = tuple(str(i) for i in range(64))
 
 
-def _entry_id(i: int) -> str:
-    return _IDS[i] if i < len(_IDS) else str(i)
+def _entry_ids(count: int) -> Sequence[str]:
+    """The ids of a batch of `count` entries: "0", "1", ..."""
+    return _IDS[:count] if count <= len(_IDS) else [str(i) for i in range(count)]
 
 
 class Settler:
@@ -262,7 +263,7 @@ class Settler:
         if action is Action.DELETE:
             if hold:  # else no renewal can follow (the keeper is gone): all the time there is
                 deadline = self._delete_deadline(items)
-            deletions = [Deletion(_entry_id(i), handle) for i, handle in enumerate(handles)]
+            deletions = list(map(Deletion, _entry_ids(len(handles)), handles))
             return await call_by(
                 deadline,
                 lambda: self._backend.delete(queue, deletions),
@@ -270,8 +271,10 @@ class Settler:
                 queue=queue,
             )
         changes = [
-            VisibilityChange(_entry_id(i), handle, vis)
-            for i, (handle, (_, vis)) in enumerate(zip(handles, items, strict=True))
+            VisibilityChange(entry_id, handle, vis)
+            for entry_id, handle, (_, vis) in zip(
+                _entry_ids(len(handles)), handles, items, strict=True
+            )
         ]
         return await call_by(
             deadline,
@@ -290,13 +293,14 @@ class Settler:
     ) -> None:
         succeeded = set(result.succeeded)
         failures = {failure.entry_id: failure for failure in result.failed}
+        ids = _entry_ids(len(items))
         for i, (lease, visibility) in enumerate(items):
             if lease.receipt_handle != handles[i] and lease.active:
                 # Adopted a newer copy while the call was out: the answer, whatever it was,
                 # speaks of the old handle. The same call again, with the new one.
                 self._enqueue(lease, action, visibility)
                 continue
-            entry_id = _entry_id(i)
+            entry_id = ids[i]
             if not failures and entry_id in succeeded:  # the busy path: all went through
                 self._leases.settled(lease)
                 continue
