@@ -21,6 +21,10 @@ def bounded(text: str, limit: int = MAX_ECHO_CHARS) -> str:
     if len(text) <= limit:
         return text
     tail = min(_TAIL, limit // 4)
-    marker = f"...[{len(text) - limit} characters left out]..."
-    head = max(limit - tail - len(marker), 0)
-    return text[:head] + marker + text[len(text) - tail :]
+    # Room for the longest marker (its count is below len(text)), then the true count.
+    head = max(limit - tail - len(_marker(len(text))), 0)
+    return text[:head] + _marker(len(text) - head - tail) + text[len(text) - tail :]
+
+
+def _marker(left_out: int) -> str:
+    return f"...[{left_out} characters left out]..."
