@@ -52,6 +52,7 @@ from worker.config import (
 )
 from worker.errors import ConfigError, TransientBackendError, WorkerCrashed
 from worker.ops import HealthPolicy, OpsListener
+from worker.ops.limits import DEFAULT_MAX_CONNECTIONS, OpsLimits, connection_cap
 from worker.runtime.garbage import DEFAULT_FIRST_THRESHOLD, collect_less
 from worker.runtime.queues import create_missing_queues
 from worker.runtime.supervisor import Supervisor
@@ -188,6 +189,14 @@ OPTIONS: dict[str, tuple[Option, ...]] = {
             "address of the ops listener (default: 127.0.0.1; 0.0.0.0 in a pod)",
             metavar="ADDR",
             default="127.0.0.1",
+        ),
+        Option(
+            "--ops-max-connections",
+            "connections the ops listener serves at once; more wait in the kernel's backlog "
+            f"(default: {DEFAULT_MAX_CONNECTIONS}, and never more than a quarter of the "
+            "open-file limit, RLIMIT_NOFILE)",
+            int,
+            "N",
         ),
         Option(
             "--max-loop-lag-s",
@@ -465,6 +474,14 @@ def _check_ops_options(args: argparse.Namespace) -> None:
         raise ConfigError(f"--max-loop-lag-s={args.max_loop_lag_s}: must be above 0")
     if not 1 <= args.queue_sample_s <= 3600:
         raise ConfigError(f"--queue-sample-s={args.queue_sample_s}: must be from 1 to 3600")
+    connection_cap(_ops_limits(args), setting="--ops-max-connections")
+
+
+def _ops_limits(args: argparse.Namespace) -> OpsLimits:
+    cap = args.ops_max_connections
+    if cap is not None and cap < 1:
+        raise ConfigError(f"--ops-max-connections={cap}: must be a whole number >= 1")
+    return OpsLimits(max_connections=cap)
 
 
 def _ops_listener(
@@ -481,6 +498,7 @@ def _ops_listener(
         console=not args.no_console,
         console_bodies=args.console_bodies,
         console_token=os.environ.get("LEASE_WORKER_CONSOLE_TOKEN") or None,
+        limits=_ops_limits(args),
     )
 
 

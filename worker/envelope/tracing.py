@@ -42,22 +42,38 @@ _AWS_HEADER = re.compile(
 
 _otel: Any = None
 _loaded = False
+_import_failed_at = -math.inf
 _provider_api: Any = None
 _provider_checked_at = -math.inf
 _PROVIDER_RECHECK_S = 1.0
+#: After an import that could not read its files, the next try waits this long.
+_IMPORT_RETRY_S = 1.0
 
 
 def _api() -> Any:
-    """The `opentelemetry` modules, or None when not installed (looked up once)."""
-    global _otel, _loaded
+    """The `opentelemetry` modules, or None when not installed (looked up once).
+
+    An import can also fail for want of a file descriptor (`OSError: [Errno 24] Too many
+    open files`, in a worker whose descriptors a flood of connections had taken): that says
+    nothing of whether OTel is installed. It is no span for now, and another try at most
+    once a second, never an exception: raised here, it ended the handler's task, and with
+    it the worker (issue 29).
+    """
+    global _otel, _loaded, _import_failed_at
     if not _loaded:
-        _loaded = True
+        now = time.monotonic()
+        if now - _import_failed_at < _IMPORT_RETRY_S:
+            return None
         try:
             from opentelemetry import context, propagate, trace
         except ImportError:
             _otel = None
+        except OSError:
+            _import_failed_at = now
+            return None
         else:
             _otel = (context, propagate, trace)
+        _loaded = True
     return _otel
 
 

@@ -8,7 +8,8 @@ A mutation needs all of (else it changes nothing):
 - a JSON body (`Content-Type: application/json`, which a cross-site form cannot send
   without a CORS preflight, and this listener answers none): else 415;
 - the queue's name typed back as `confirm`: else 400.
-GET never changes anything.
+GET never changes anything. A body that is not JSON, or JSON nested more than
+`worker.ops.limits.MAX_JSON_DEPTH` deep, is 400 (found before any parser recurses into it).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from aiohttp import web
 
 from worker.errors import BackendError, ConfigError
 from worker.ops import dead_letters
+from worker.ops.connections import client_fault
+from worker.ops.limits import TooDeep, loads_bounded
 from worker.runtime.supervisor import Supervisor
 
 __all__ = ["add_dead_letter_routes"]
@@ -90,8 +93,12 @@ def add_dead_letter_routes(
         if refused is not None:
             return refused
         try:
-            asked = await request.json()
+            asked = loads_bounded(await request.read())
+        except TooDeep as error:
+            client_fault(request, "json_too_deep")
+            return _answer(400, {"error": str(error)})
         except ValueError:
+            client_fault(request, "not_json")
             return _answer(400, {"error": "the body is not JSON"})
         queue = asked.get("queue") if isinstance(asked, dict) else None
         if not isinstance(queue, str) or queue not in _own_dead_letter_queues(supervisor):
@@ -117,7 +124,8 @@ def _refuse(request: web.Request, token: str | None) -> web.Response | None:
     if token is None or not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
         return _answer(401, {"error": "a console token is needed (LEASE_WORKER_CONSOLE_TOKEN)"})
     origin = request.headers.get("Origin")
-    if origin is not None and origin != f"{request.scheme}://{request.host}":
+    host = request.headers.get("Host")  # not request.host, which makes one up when missing
+    if origin is not None and (host is None or origin != f"{request.scheme}://{host}"):
         return _answer(403, {"error": "cross-origin requests change nothing"})
     if request.content_type != "application/json":
         return _answer(415, {"error": "send JSON (Content-Type: application/json)"})

@@ -12,6 +12,11 @@
   redrive, which needs `console_token` (`worker.ops.console_actions`).
 - Any other path: 404; another method: 405.
 
+What one client may take is bounded (`worker.ops.limits.OpsLimits`; `worker.ops.connections`):
+at most `max_connections` connections at once (`--ops-max-connections`; the rest wait in the
+kernel's backlog), idle, head, body and request timeouts, a body of at most 64 KiB and JSON
+at most 32 levels deep; client faults are logged once per kind, at info, without traceback.
+
 It serves from the worker's own event loop: an answer at all means the loop runs. It binds
 before the worker starts (probes get answers during start-up; a port already taken is one
 clear `ConfigError`) and closes after the worker's last flush, so a scrape during a drain
@@ -20,8 +25,10 @@ works. Loopback by default: exposing it is a decision (`--ops-addr 0.0.0.0` in a
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import json
+import socket
 from collections.abc import Iterator, Sequence
 from types import TracebackType
 
@@ -36,10 +43,12 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
 from worker.errors import ConfigError
+from worker.ops.connections import Connections, FaultLog, client_fault, limits_middleware
 from worker.ops.console import add_console_routes
 from worker.ops.console_actions import add_dead_letter_routes
 from worker.ops.health import HealthPolicy, Verdict, liveness, readiness
 from worker.ops.history import History, read_counts
+from worker.ops.limits import OpsLimits, connection_cap
 from worker.ops.status import status
 from worker.runtime.supervisor import Supervisor
 
@@ -47,6 +56,8 @@ __all__ = ["OpsListener"]
 
 #: Seconds an open request may keep the listener's close waiting.
 _CLOSE_TIMEOUT_S = 1.0
+#: Connections the kernel holds for the listener, past its cap, before it drops SYNs.
+_BACKLOG = 128
 
 
 class OpsListener:
@@ -64,9 +75,16 @@ class OpsListener:
         console_bodies: bool = False,
         console_token: str | None = None,
         history: History | None = None,
+        limits: OpsLimits | None = None,
     ) -> None:
         if not 0 <= port <= 65_535:
             raise ConfigError(f"ops port {port}: must be a port number from 0 to 65535")
+        self._limits = limits or OpsLimits()
+        self._connections = Connections(
+            self._limits,
+            cap=connection_cap(self._limits),
+            faults=FaultLog(self._limits.log_every_s),
+        )
         self._supervisor = supervisor
         self._host = host
         self._port = port
@@ -76,7 +94,10 @@ class OpsListener:
         probes = CollectorRegistry(auto_describe=True)
         probes.register(_Probes(supervisor, self._policy))
         self._registries = (probes, *registries)
-        app = web.Application(middlewares=[_loopback_names_only] if _is_loopback(host) else [])
+        middlewares = [limits_middleware(self._connections)]
+        if _is_loopback(host):
+            middlewares.append(_loopback_names_only)
+        app = web.Application(middlewares=middlewares, client_max_size=self._limits.max_body_bytes)
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
@@ -94,20 +115,33 @@ class OpsListener:
         self._log = structlog.get_logger("lease_worker.ops")
         self._tasks: TaskGroup | None = None
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=_CLOSE_TIMEOUT_S)
+        self._sockets: list[socket.socket] = []
         self.port: int | None = None
+
+    @property
+    def max_connections(self) -> int:
+        """The connections served at once (`OpsLimits.max_connections`, or its default)."""
+        return self._connections.cap
+
+    @property
+    def open_connections(self) -> int:
+        return len(self._connections)
 
     async def __aenter__(self) -> OpsListener:
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self._host, self._port)
         try:
-            await site.start()
+            self._sockets = await _listen(self._host, self._port)
         except OSError as error:
             await self._runner.cleanup()
             where = f"{self._host}:{self._port}"
-            raise ConfigError(f"ops listener: cannot listen on {where}: {error.strerror}") from None
-        self.port = _bound_port(self._runner)
+            reason = error.strerror or str(error)
+            raise ConfigError(f"ops listener: cannot listen on {where}: {reason}") from None
+        self.port = int(self._sockets[0].getsockname()[1])
+        server = self._runner.server
+        assert server is not None
         self._tasks = anyio.create_task_group()
         await self._tasks.__aenter__()
+        self._tasks.start_soon(self._connections.serve, server, self._sockets)
         if self._history is not None:
             self._tasks.start_soon(self._sample_history, self._history)
         return self
@@ -123,8 +157,11 @@ class OpsListener:
                 self._tasks.cancel_scope.cancel()
                 await self._tasks.__aexit__(None, None, None)
         finally:
+            for sock in self._sockets:
+                sock.close()
             with anyio.CancelScope(shield=True):
                 await self._runner.cleanup()
+                self._connections.abort_all()
 
     async def _sample_history(self, history: History) -> None:
         """Sample the console's history; a failure is logged once and the sampling goes on:
@@ -182,7 +219,11 @@ def _is_loopback(host: str) -> bool:
 
 @web.middleware
 async def _loopback_names_only(request: web.Request, handler: Handler) -> web.StreamResponse:
-    if request.path not in _ANY_HOST and _host_name(request.host) not in _LOOPBACK_NAMES:
+    # The Host header itself: aiohttp's `request.host` stands in the listener's own address
+    # for a missing one (an HTTP/1.0 or 0.9 request), which is loopback.
+    host = request.headers.get("Host")
+    if request.path not in _ANY_HOST and (host is None or _host_name(host) not in _LOOPBACK_NAMES):
+        client_fault(request, "not_loopback_host")
         return web.Response(status=421, text="this listener answers only to loopback names")
     return await handler(request)
 
@@ -202,8 +243,27 @@ def _answer(verdict: Verdict) -> web.Response:
     )
 
 
-def _bound_port(runner: web.AppRunner) -> int:
-    for address in runner.addresses:
-        if isinstance(address, tuple) and len(address) >= 2:
-            return int(address[1])
-    raise RuntimeError("the ops listener bound no TCP address")
+async def _listen(host: str, port: int) -> list[socket.socket]:
+    """Listening sockets for every address of `host` (as `loop.create_server` makes them),
+    all on one port (the first one's, when `port` is 0)."""
+    infos = await asyncio.get_running_loop().getaddrinfo(
+        host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(infos):
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            if port == 0 and len(sockets) > 1:
+                address = (address[0], sockets[0].getsockname()[1], *address[2:])
+            sock.bind(address)
+            sock.listen(_BACKLOG)
+            sock.setblocking(False)
+    except OSError:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
