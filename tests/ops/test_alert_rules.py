@@ -124,6 +124,33 @@ CASES = (
         fires_at="12m",
         labels=WORKER,
     ),
+    # KEDA scaled the workers to zero (minReplicaCount 0): its scaler inactive, the queue
+    # idle, no worker wanted. It fired here.
+    Case(
+        "LeaseWorkerDown",
+        {
+            f"up{{{W}}}": "1x10 stale",
+            f'keda_scaler_active{{{KEDA},scaler="awsSqsQueueScaler",metric="s0-aws-sqs-queue"}}': (
+                "1x5 0x30"
+            ),
+        },
+        quiet_at="17m",
+        fires_at=None,
+        labels=WORKER,
+    ),
+    # KEDA's scaler active (messages wait) and still no worker up: it fires.
+    Case(
+        "LeaseWorkerDown",
+        {
+            f"up{{{W}}}": "1x10 stale",
+            f'keda_scaler_active{{{KEDA},scaler="awsSqsQueueScaler",metric="s0-aws-sqs-queue"}}': (
+                "1x5 0x5 1x30"
+            ),
+        },
+        quiet_at="16m",
+        fires_at="22m",
+        labels=WORKER,
+    ),
     # One pod down of two: the job still works, no alert.
     Case(
         "LeaseWorkerDown",
@@ -234,16 +261,28 @@ def test_every_alert_keeps_the_namespace_and_the_workers_job() -> None:
     same-named queues stay apart), and `job` wherever it aggregates the workers' own
     series; every case that fires expects `namespace` among its exact labels."""
     for name, rule in rules().items():
-        groupings = re.findall(r"\bby \(([^)]*)\)", rule["expr"])
+        groupings = aggregations(rule["expr"])
         assert groupings, name
-        for grouping in groupings:
+        for grouping, body in groupings:
             kept = {label.strip() for label in grouping.split(",")}
             assert "namespace" in kept, (name, grouping)
-            if re.search(r"\b(lease_worker_[a-z_]+|up)\{?", rule["expr"].split("unless")[0]):
+            if re.search(r"\b(lease_worker_[a-z_]+|up)\{", body):  # not KEDA's, say
                 assert "job" in kept, (name, grouping)
         assert "namespace" in rule["annotations"]["summary"], name
     for case in CASES:
         assert case.labels["namespace"] == "orders", case.alert
+
+
+def aggregations(expr: str) -> list[tuple[str, str]]:
+    """Each `by (labels) (body)` of `expr`: its labels and its body."""
+    found = []
+    for match in re.finditer(r"\bby \(([^)]*)\)\s*\(", expr):
+        depth, end = 1, match.end()
+        while depth:
+            depth += {"(": 1, ")": -1}.get(expr[end], 0)
+            end += 1
+        found.append((match.group(1), expr[match.end() : end - 1]))
+    return found
 
 
 def test_the_workers_down_alert_needs_no_worker_series() -> None:
