@@ -104,6 +104,13 @@ class Persistence:
         when PATH does not read; `InUse` when another process serves PATH; `OSError` when
         the fold cannot be written."""
         self._take_lock()
+        try:
+            return self._load()
+        except BaseException:
+            self.close()
+            raise
+
+    def _load(self) -> bool:
         data = _read_snapshot(self.path)
         after = 0 if data is None else int(data.get(_JOURNAL_KEY, 0))
         records: list[tuple[int, dict[str, Any]]] = []
@@ -258,7 +265,8 @@ class Persistence:
         _sync_directory(self.path.parent)
 
     def _append(self, sequence: int, delta: dict[str, Any]) -> None:
-        assert self._journal is not None, "open() first"
+        if self._journal is None:  # a rotation that could not start the new one (a full disk)
+            self._journal = JournalFile(self.journal_path)
         self._journal.append(encode(sequence, delta))
 
     def _wake(self) -> None:

@@ -166,7 +166,8 @@ def test_a_second_store_on_the_same_path_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "state.json"
     first = Persistence(_engine(), path, interval_s=3600)
     first.open()
-    with pytest.raises(InUse, match=r"in use by another process \(pid \d+\) holding .*state\.json\.lock"):
+    held = r"in use by another process \(pid \d+\) holding .*state\.json\.lock"
+    with pytest.raises(InUse, match=held):
         Persistence(_engine(), path, interval_s=3600).open()
     first.close()
     again = Persistence(_engine(), path, interval_s=3600)
