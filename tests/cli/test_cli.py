@@ -108,11 +108,22 @@ def run_app(tmp_path: Path, *args: str, **env: str) -> tuple[Run, dict[str, Any]
 
 
 def assert_one_error_line(run: Run, code: int, *fragments: str) -> str:
+    """One error, and nothing else but log events. A failed run (status 1) under JSON logging
+    ends with a JSON `worker.failed` record like every other line (issue 29); a settings
+    error (status 2), or any error under console logging, with `lease-worker: error: ...`.
+    Returns the line as printed (the record's `error` for JSON)."""
     assert run.returncode == code, run.stderr
     assert "Traceback" not in run.stderr, run.stderr
-    assert len(run.text_lines) == 1, run.stderr
-    line = run.text_lines[0]
-    assert line.startswith("lease-worker: error: "), line
+    failed = [event for event in run.events() if event["event"] == "worker.failed"]
+    if failed:
+        assert code == 1, run.stderr
+        assert run.text_lines == [] and len(failed) == 1, run.stderr
+        assert failed[0]["level"] == "error"
+        line = str(failed[0]["error"])
+    else:
+        assert len(run.text_lines) == 1, run.stderr
+        line = run.text_lines[0]
+        assert line.startswith("lease-worker: error: "), line
     for fragment in fragments:
         assert fragment in line, (fragment, line)
     return line

@@ -477,7 +477,11 @@ def test_a_crashing_background_task_releases_what_is_held_and_exits_1(
     assert crashed["task"] == "background task crash"
     assert crashed["error"] == "RuntimeError"
     assert "Traceback" in crashed["exception"]
-    assert child.other_lines == ["lease-worker: error: background task crash raised RuntimeError"]
+    # The last line is a JSON record like every other (issue 29: it was plain text).
+    assert child.other_lines == []
+    [failed] = [e for e in child.events if e["event"] == "worker.failed"]
+    assert failed["level"] == "error"
+    assert failed["error"] == "background task crash raised RuntimeError"
     # No drain (60 s): released at once, within the flush timeout of the crash.
     releasing = child.events[index_of(child.events, "shutdown.releasing")]
     assert seconds_between(crashed, releasing) < flush_s
@@ -521,7 +525,8 @@ def test_an_unreachable_queue_service_at_start_up_is_retried_then_one_line_and_e
     retries = [e for e in child.events if e["event"] == "queue.check_failed"]
     assert len(retries) >= 2
     assert [e["attempt"] for e in retries] == list(range(1, len(retries) + 1))
-    assert len(child.other_lines) == 1, child.other_lines
-    line = child.other_lines[0]
-    assert line.startswith(f"lease-worker: error: queue {QUEUE!r}: no answer from the queue ")
+    assert child.other_lines == []
+    [failed] = [e for e in child.events if e["event"] == "worker.failed"]
+    line = failed["error"]
+    assert line.startswith(f"queue {QUEUE!r}: no answer from the queue ")
     assert f"after {len(retries) + 1} attempts" in line

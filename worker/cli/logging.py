@@ -88,10 +88,27 @@ def resolve_format(choice: str) -> LogFormat:
     return "console" if choice == "console" else "json"
 
 
+def report_failure(error: BaseException | str) -> None:
+    """The line a failed run ends with (exit status 1): under JSON logging a JSON record
+    (`worker.failed`, its text in `error`), so that a log collector reads it like every other
+    line; else `lease-worker: error: ...`. Settings errors (status 2) stay plain text, as
+    argparse's own usage errors are."""
+    if _configured_format == "json":
+        structlog.get_logger("lease_worker.cli").error("worker.failed", error=str(error))
+    else:
+        print(f"lease-worker: error: {error}", file=sys.stderr)
+
+
+#: The format `configure_logging` set last (None: not configured).
+_configured_format: LogFormat | None = None
+
+
 def configure_logging(*, fmt: LogFormat = "console", level: str = "info") -> None:
+    global _configured_format
     numeric = logging.getLevelName(level.upper())
     if not isinstance(numeric, int):
         raise ValueError(f"log level {level!r}: use debug, info, warning or error")
+    _configured_format = fmt
     shared: list[Processor] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,

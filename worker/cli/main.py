@@ -30,7 +30,7 @@ from worker.cli import run as run_command
 from worker.cli import serve as serve_command
 from worker.cli import serve_smq as serve_smq_command
 from worker.cli.loader import load_app
-from worker.cli.logging import configure_logging, resolve_format
+from worker.cli.logging import configure_logging, report_failure, resolve_format
 from worker.cli.options import (
     Option,
     Parser,
@@ -114,7 +114,7 @@ def _reporting(command: Callable[[], int]) -> int:
         if error.code == "NoCredentialsError":  # nothing was sent: a setting is missing
             print(f"lease-worker: error: {_NO_CREDENTIALS}", file=sys.stderr)
             return 2
-        print(f"lease-worker: error: {error}", file=sys.stderr)
+        report_failure(error)
         return 1
 
 

@@ -38,6 +38,7 @@ from backends.factory import DEFAULT_SQS_CLIENT, SQS_CLIENTS
 from worker.app import Worker
 from worker.backend import Backend
 from worker.cli.loader import load_app
+from worker.cli.logging import report_failure
 from worker.cli.options import LOG_OPTIONS, Option, add_options
 from worker.cli.processes import run_processes
 from worker.cli.reach import Retry, interactive, reach
@@ -264,7 +265,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     try:
         anyio.run(_serve, app, args, backend_options=_loop_options(args.loop))
     except (WorkerCrashed, TransientBackendError) as error:
-        print(f"lease-worker: error: {error}", file=sys.stderr)
+        report_failure(error)
         return 1
     return 0
 
@@ -460,7 +461,7 @@ def _exit_now(error: BaseException | None) -> None:
     structlog.get_logger("lease_worker.cli").warning("worker.exit_with_handlers_running")
     status = 0
     if error is not None:
-        print(f"lease-worker: error: {error}", file=sys.stderr)
+        report_failure(error)
         status = 1
     sys.stdout.flush()
     sys.stderr.flush()
