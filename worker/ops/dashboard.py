@@ -259,13 +259,13 @@ def _panel(spec: Panel, index: int) -> timeseries.Panel:
     return panel
 
 
-def build() -> dashboard.Dashboard:
-    datasource = dashboard.DatasourceVariable("datasource").label("Prometheus").type("prometheus")
-    namespace = (
-        dashboard.QueryVariable("namespace")
-        .label("Namespace")
+def _variable(name: str, label: str, query: str) -> dashboard.QueryVariable:
+    """A variable of label values, several selectable, all by default."""
+    return (
+        dashboard.QueryVariable(name)
+        .label(label)
         .datasource(_DATASOURCE)
-        .query("label_values(lease_worker_messages_received_total, namespace)")
+        .query(query)
         .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
         .sort(VariableSort.ALPHABETICAL_ASC)
         .multi(True)
@@ -274,18 +274,15 @@ def build() -> dashboard.Dashboard:
         .current(VariableOption(selected=True, text="All", value="$__all"))
         .hide(VariableHide.DONT_HIDE)
     )
-    queue = (
-        dashboard.QueryVariable("queue")
-        .label("Queue")
-        .datasource(_DATASOURCE)
-        .query(f"label_values(lease_worker_messages_received_total{{{_NS}}}, queue)")
-        .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
-        .sort(VariableSort.ALPHABETICAL_ASC)
-        .multi(True)
-        .include_all(True)
-        .all_value(".*")
-        .current(VariableOption(selected=True, text="All", value="$__all"))
-        .hide(VariableHide.DONT_HIDE)
+
+
+def build() -> dashboard.Dashboard:
+    datasource = dashboard.DatasourceVariable("datasource").label("Prometheus").type("prometheus")
+    namespace = _variable(
+        "namespace", "Namespace", "label_values(lease_worker_messages_received_total, namespace)"
+    )
+    queue = _variable(
+        "queue", "Queue", f"label_values(lease_worker_messages_received_total{{{_NS}}}, queue)"
     )
     board = (
         dashboard.Dashboard("lease-worker")
