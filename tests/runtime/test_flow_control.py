@@ -49,16 +49,20 @@ def _within_rate(starts: Sequence[float], per_s: float, burst: int) -> bool:
     return all(index + 1 <= burst + per_s * (at - first) + 1e-6 for index, at in enumerate(starts))
 
 
-async def test_a_local_rate_limit_starts_messages_at_the_rate_and_receives_no_more() -> None:
-    app = Worker(
-        WorkerConfig(max_in_flight=10, wait_s=1, flow=FlowControl(rate=RateLimit(per_s=10)))
-    )
+def _timed(limit: RateLimit, *, wait_s: int = 1) -> tuple[Worker, list[float]]:
+    """A worker whose handler notes when each message starts, rate-limited by `limit`."""
+    app = Worker(WorkerConfig(max_in_flight=10, wait_s=wait_s, flow=FlowControl(rate=limit)))
     starts: list[float] = []
 
     @app.handler("jobs")
     async def job(message: Message) -> None:
         starts.append(anyio.current_time())
 
+    return app, starts
+
+
+async def test_a_local_rate_limit_starts_messages_at_the_rate_and_receives_no_more() -> None:
+    app, starts = _timed(RateLimit(per_s=10))
     backend = RecordingBackend()
     await _queue(backend)
     await _send(backend, 45)
@@ -77,14 +81,7 @@ async def test_a_local_rate_limit_starts_messages_at_the_rate_and_receives_no_mo
 
 async def test_tokens_a_receive_did_not_use_serve_the_next_receive() -> None:
     """A receive granted 10 that brings 3 hands 7 back: the next 7 start without waiting."""
-    limit = RateLimit(per_s=2, burst=10)
-    app = Worker(WorkerConfig(max_in_flight=10, wait_s=0, flow=FlowControl(rate=limit)))
-    starts: list[float] = []
-
-    @app.handler("jobs")
-    async def job(message: Message) -> None:
-        starts.append(anyio.current_time())
-
+    app, starts = _timed(RateLimit(per_s=2, burst=10), wait_s=0)
     backend = RecordingBackend()
     await _queue(backend)
     await _send(backend, 3)
@@ -97,15 +94,7 @@ async def test_tokens_a_receive_did_not_use_serve_the_next_receive() -> None:
 
 
 async def test_a_low_rate_receives_what_it_may_start_now_not_a_whole_batch_later() -> None:
-    app = Worker(
-        WorkerConfig(max_in_flight=10, wait_s=1, flow=FlowControl(rate=RateLimit(per_s=1)))
-    )
-    starts: list[float] = []
-
-    @app.handler("jobs")
-    async def job(message: Message) -> None:
-        starts.append(anyio.current_time())
-
+    app, starts = _timed(RateLimit(per_s=1))
     backend = RecordingBackend()
     await _queue(backend)
     await _send(backend, 3)
