@@ -58,8 +58,8 @@ class Dispatcher:
         self._groups: dict[tuple[str, str], deque[_Entry]] = {}
         self._batches = Batches(executor=executor, is_fifo=is_fifo)
         self.tasks: HandlerTasks | None = None
-        #: Each queue's handler, looked up once (`spec_for` is the registry's lookup).
-        self._specs: dict[str, HandlerSpec] = {}
+        #: Each queue's handler and whether the queue is FIFO, looked up once a queue.
+        self._routes: dict[str, tuple[HandlerSpec, bool]] = {}
 
     def adopt(self, received: ReceivedMessage, sent_at: float, visibility_s: float) -> bool:
         """True if `received` is a copy of a message held here; its lease takes the handle."""
@@ -106,14 +106,16 @@ class Dispatcher:
         self.hold(received, lease)
         queue = received.queue
         assert self.tasks is not None, "dispatch before the handler task group started"
-        spec = self._specs.get(queue)
-        if spec is None:
-            spec = self._specs[queue] = self._spec_for(queue)
+        route = self._routes.get(queue)
+        if route is None:
+            route = self._routes[queue] = (self._spec_for(queue), self._is_fifo(queue))
+        spec, fifo = route
         if spec.batch is not None:
             self._batches.add(spec, received, lease, self.tasks)
             return
-        group = received.group_id
-        if group is None or not self._is_fifo(queue):
+        # A standard queue's message is not asked for its group id (an attribute lookup).
+        group = received.group_id if fifo else None
+        if group is None:
             self.tasks.create_task(self._executor.run(spec, received, lease))
             return
         group_key = (queue, group)

@@ -114,6 +114,9 @@ class Executor:
         self._log = logger or structlog.get_logger("lease_worker.handler")
         self._chains: dict[str, CallNext] = {}
         self._queue_metrics: dict[str, _QueueMetrics] = {}
+        #: The last bound logger `finish` saw, and whether it keeps debug events.
+        self._debug_log: object = None
+        self._debug_on = True
 
     @property
     def clock(self) -> LoopClock:
@@ -330,7 +333,9 @@ class Executor:
         # first, since building the call's keywords for its no-op cost more than the rest
         # of the event; and round(x * 1000) / 1000 is round(x, 3) at a seventh of the cost.
         log = self._log.bind()
-        if _debug_enabled(log):
+        if log is not self._debug_log:  # a filtering logger's level is its class's: kept
+            self._debug_log, self._debug_on = log, _debug_enabled(log)
+        if self._debug_on:
             log.debug(
                 "handler.done",
                 outcome=outcome._value_,  # .value is a descriptor: four times the cost

@@ -84,7 +84,9 @@ class HandlerScope:
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
-        return self.take_back()
+        if self._cancels:
+            return self.take_back()
+        return self._task.cancelling() == 0  # nothing of ours to take back (most handlers)
 
     def abandon(self) -> None:
         """Stop re-delivering for good: the supervisor no longer waits for this handler."""
