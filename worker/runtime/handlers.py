@@ -211,7 +211,9 @@ class Executor:
                 if threads.any_running and threads.busy((received.queue, received.message_id)):
                     await threads.wait_idle((received.queue, received.message_id))
                 fetched = received if spec.large_payloads is None else await fetch(spec, received)
-                chain = self._chains.get(spec.queue) or self.chain_for(spec)
+                chain = self._chains.get(spec.queue)
+                if chain is None:
+                    chain = self.chain_for(spec)
                 # raw_body stays what travelled on the queue (an S3 pointer, say).
                 await chain(Message(received, decode(spec, fetched), lease))
                 outcome = _SUCCEEDED
