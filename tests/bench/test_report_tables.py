@@ -215,3 +215,12 @@ def test_a_real_profile_adds_up() -> None:
     assert sum(shares.values()) == pytest.approx(profile.total_s)
     # Called from this test file (no layer), json and its C encoder stay "other".
     assert set(shares) == {"other"}
+
+
+def test_a_floor_whose_cpu_reads_zero_is_a_nan_row_not_a_crash() -> None:
+    """At smoke size the floor's CPU per message can read 0: the report failed with
+    ZeroDivisionError (seen in tests/bench/test_bench_smoke.py)."""
+    rows = [*_rows(), row(named(peers.FLOOR), 9_000, 0.0)]
+    table = goals.goals_table([], _scale(), rows, [], None)
+    floor_line = next(line for line in table if "÷ the floor's" in line)
+    assert "| nan (nan) | ≤ 2.0 | **no** |" in floor_line
