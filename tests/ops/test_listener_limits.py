@@ -493,3 +493,29 @@ def test_a_handler_span_with_no_descriptor_left_is_no_span_not_a_crash() -> None
         check=True,
     )
     assert done.stdout.strip() == "(None, True)"
+
+
+@pytest.mark.asyncio
+async def test_clients_that_stay_polite_do_not_starve_the_probes_for_ever() -> None:
+    """A few kept-alive connections, each asking /healthz now and then, held every place
+    under the cap for ever: the kubelet's probe waited in the backlog and timed out (found
+    in review). At the cap, the connection idle the longest makes room."""
+    async with a_listener(max_connections=4, idle_timeout_s=0.5, header_timeout_s=0.5) as ops:
+        hogs = [await connect(ops) for _ in range(4)]
+
+        async def keep(stream) -> None:  # type: ignore[no-untyped-def]
+            while True:  # one cheap request every 0.3 s: never idle 0.5 s
+                await stream.send(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                await stream.receive()
+                await anyio.sleep(0.3)
+
+        async with anyio.create_task_group() as tasks:
+            for stream in hogs:
+                tasks.start_soon(keep, stream)
+            await anyio.sleep(0.2)
+            # The probe: timeoutSeconds 1 here (5 s in the kit, for idle_timeout_s 10 s).
+            with anyio.move_on_after(1.5) as probe:
+                status, _ = await exchange(ops, get("/healthz"))
+            tasks.cancel_scope.cancel()
+        assert not probe.cancelled_caught, "the probe never got a connection"
+        assert status == 200

@@ -174,6 +174,7 @@ class _Connection(RequestHandler):
         "_muted",
         "deadline",
         "lost",
+        "opened_at",
         "peer",
         "phase",
         "socket_transport",
@@ -185,6 +186,8 @@ class _Connection(RequestHandler):
         self._muted = False
         self.phase = Phase.HEAD
         self.deadline = 0.0
+        #: When it was counted in (at the cap, the oldest with no request goes first).
+        self.opened_at = math.inf
         self.peer: str | None = None
         self.lost = False
         #: Kept here: aiohttp forgets its transport when it closes it, and a closed
@@ -273,6 +276,7 @@ class Connections:
             Phase.REQUEST: limits.request_timeout_s,
         }
         self._tick_s = min(0.5, max(0.02, min(self._timeouts.values()) / 4))
+        self._evict_after_s = min(1.0, limits.header_timeout_s)
         self._kwargs: dict[str, Any] = {
             # aiohttp's own timer closes only connections with no request under way, never
             # before the deadlines here would have.
@@ -297,6 +301,7 @@ class Connections:
         if connection in self._open or connection.lost:
             return
         self._open[connection] = None
+        connection.opened_at = asyncio.get_running_loop().time()
         # Its first request is due at once: a client that connects and waits (one of a
         # flood of idle connections) holds a place for the head's time, not the idle time.
         self.enter(connection, Phase.HEAD)
@@ -312,6 +317,29 @@ class Connections:
         connection.phase = phase
         connection.deadline = asyncio.get_running_loop().time() + self._timeouts[phase]
 
+    def _make_room(self) -> bool:
+        """At the cap: abort the connection open longest (at least `_evict_after_s`) with no
+        request under way (kept alive between requests, or its head not yet in), so that a
+        newcomer (the kubelet's probe) is not kept in the backlog for ever by clients that
+        hold every place politely; False if none may go. The age bound keeps a flood of
+        connections from turning this into a loop of accepts and aborts: at most `cap`
+        evictions per `_evict_after_s`."""
+        oldest_allowed = asyncio.get_running_loop().time() - self._evict_after_s
+        waiting = [
+            c
+            for c in self._open
+            if c.phase is not Phase.REQUEST
+            and c.opened_at <= oldest_allowed
+            and c.deadline != math.inf
+            and not c.lost
+        ]
+        if not waiting:
+            return False
+        oldest = min(waiting, key=lambda connection: connection.opened_at)
+        oldest.fault("evicted_at_cap")
+        _abort(oldest)
+        return True
+
     async def serve(self, server: web.Server, sockets: Sequence[socket.socket]) -> None:
         """Accept from `sockets` into `server` (aiohttp's), and sweep, until cancelled."""
         self._server = server
@@ -324,10 +352,13 @@ class Connections:
         loop = asyncio.get_running_loop()
         failures = 0
         while True:
-            if len(self._open) >= self.cap:
-                self.faults.client("too_many_connections", detail=f"cap {self.cap}")
-                while len(self._open) >= self.cap:
-                    self._room.clear()
+            while len(self._open) >= self.cap:
+                if not self._make_room():
+                    self.faults.client("too_many_connections", detail=f"cap {self.cap}")
+                self._room.clear()
+                # Set when one closes (an aborted one: at the loop's next turn); looked at
+                # again each tick, for a connection that has since gone idle.
+                with anyio.move_on_after(self._tick_s):
                     await self._room.wait()
             try:
                 connection, _ = await loop.sock_accept(sock)
