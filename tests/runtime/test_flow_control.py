@@ -17,6 +17,7 @@ import pytest
 from tests.recording import RecordingBackend
 from worker import Message, Outcome, OutgoingMessage, Worker, WorkerConfig
 from worker.config import AdaptiveConcurrency, FlowControl, RateLimit, TenantCap
+from worker.runtime.supervisor import Supervisor
 from worker.testing import run_worker
 from worker.types import QueueSpec, ReceivedMessage
 
@@ -386,3 +387,61 @@ async def test_by_default_a_tenant_over_its_cap_is_released_not_kept_waiting() -
     assert held_by_tenant == [1, 1, 1, 1]
     assert sorted(record.message.receive_count for record in handled)[0] == 1
     assert released >= 3
+
+
+async def test_a_lease_that_ends_before_its_handler_s_observer_leaves_no_slot_behind() -> None:
+    """With on_error='expire' the lease is settled (forgotten) inside the handler's finish,
+    before the observers run: the adaptive limit counted a handler end that no lease would
+    ever settle, and each one raised the limit in effect by one for good (found in review:
+    limit 1, yet 6 handlers might run)."""
+    app = Worker(
+        WorkerConfig(
+            max_in_flight=10, wait_s=1, flow=FlowControl(adaptive=AdaptiveConcurrency(initial=2))
+        )
+    )
+
+    @app.handler("jobs", on_error="expire")
+    async def job(message: Message) -> None:
+        raise RuntimeError("downstream down")
+
+    backend = RecordingBackend()
+    await _queue(backend)
+    await _send(backend, 5)
+    async with run_worker(app, backend=backend) as harness:
+        await harness.wait_for_handled(5)
+        slots = harness.supervisor.flows["jobs"].slots
+        # `ended` counts held messages whose handler ended: never more than are held.
+        assert slots.ended <= harness.supervisor.in_flight, (slots.ended, slots.used)
+
+
+async def test_a_cancellation_from_outside_releases_the_messages_waiting_for_their_tenant() -> None:
+    """An embedding application cancelling the worker: the waiting message's turn came when
+    the running one's lease ended, its dispatch failed (the task group was stopping) after
+    the last flush, and it stayed invisible (found in review)."""
+    app = Worker(
+        WorkerConfig(
+            max_in_flight=10,
+            wait_s=1,
+            flow=FlowControl(tenants=TenantCap(per_tenant=1, waiting=1)),
+        )
+    )
+    started = anyio.Event()
+
+    @app.handler("jobs")
+    async def job(message: Message) -> None:
+        started.set()
+        await anyio.sleep_forever()
+
+    backend = RecordingBackend()
+    await _queue(backend)
+    await _send(backend, 2, group="t")
+    supervisor = Supervisor(app, backend)
+    await supervisor.prepare()
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(supervisor.run)
+        await started.wait()
+        flow = supervisor.flows["jobs"]
+        assert flow.tenants is not None and flow.tenants.waiting == 1
+        tasks.cancel_scope.cancel()
+    counts = backend.inner.engine.counts("jobs")
+    assert (counts.visible, counts.in_flight) == (2, 0), counts

@@ -356,3 +356,42 @@ async def test_a_receive_answered_during_a_stall_is_not_run_past_its_lapsed_leas
     assert runs == [2]  # the first delivery lapsed on arrival and never ran
     assert handled.outcome is Outcome.SUCCEEDED
     assert lost == 1
+
+
+async def test_a_stall_while_one_answer_is_taken_in_runs_none_of_its_lapsed_messages() -> None:
+    """The loop stands still 2.5 s while the receiver takes in one answer of 3 messages
+    (visibility 2 s): those after the stall arrive lapsed and must never run on that
+    delivery. Reading the clock once per answer (issue 33's hot path) let them through, and
+    their handlers ran before the keeper's watchdog: another consumer may hold them by then
+    (found in review). A first message runs long, so the keeper sleeps, as in a busy worker.
+    """
+    app = Worker(WorkerConfig(max_in_flight=10, wait_s=5, lease=LeaseConfig(visibility_s=2)))
+    entered: list[tuple[str, int]] = []
+
+    @app.handler("jobs")
+    async def job(message: Message) -> None:
+        entered.append((message.message_id, message.receive_count))
+        await anyio.sleep(5 if len(entered) == 1 else 0.2)
+
+    backend = RecordingBackend()
+    await backend.create_queue(QueueSpec("jobs"))
+    await backend.inner.send("jobs", [OutgoingMessage(body="{}")])
+    order: list[str] = []
+    async with run_worker(app, backend=backend) as harness:
+        receiver = harness.supervisor.receivers["jobs"]
+        adopt = receiver._adopt
+
+        def stalling_adopt(received: ReceivedMessage, sent_at: float, visibility_s: float) -> bool:
+            order.append(received.message_id)
+            if len(order) == 2:  # before the answer's second message
+                freeze(asyncio.get_running_loop(), 2.5)  # SIGSTOP, a long GC
+            return adopt(received, sent_at, visibility_s)
+
+        receiver._adopt = stalling_adopt
+        await harness.wait_for_handled(1)  # the long one has started: the keeper sleeps
+        batch = [OutgoingMessage(body="{}", entry_id=str(i)) for i in range(3)]
+        await backend.inner.send("jobs", batch)
+        await anyio.sleep(1.0)
+    after_stall = set(order[1:3])  # the answer's second and third
+    assert len(after_stall) == 2, order
+    assert [m for m, count in entered if count == 1 and m in after_stall] == [], (order, entered)

@@ -69,6 +69,7 @@ class QueueFlow:
         #: handler ended: for the adaptive limit only.
         self._started: dict[str, float] = {}
         self._ended: set[str] = set()
+        self._gone: set[str] = set()  # leases that ended while their handler ran
         self._limit_gauge = metrics.flow_concurrency_limit.labels(queue)
         if flow.adaptive is not None:
             adaptive = flow.adaptive
@@ -96,8 +97,11 @@ class QueueFlow:
         started = self._started.pop(received.message_id, None)
         if started is None:
             return
-        self._ended.add(received.message_id)
-        self.slots.handler_ended()
+        if received.message_id in self._gone:
+            self._gone.discard(received.message_id)  # nothing held: no slot to count
+        else:
+            self._ended.add(received.message_id)
+            self.slots.handler_ended()
         if outcome in _UNSAMPLED:
             return
         changed = self.limit.record(
@@ -109,8 +113,15 @@ class QueueFlow:
             self.slots.set_limit(self.limit.current)
             self._limit_gauge.set(self.limit.current)
 
+    def not_started(self, received: ReceivedMessage) -> None:
+        """`started` was told, but the handler never ran (its dispatch failed)."""
+        self._started.pop(received.message_id, None)
+
     def finished(self, lease: Lease) -> None:
         """`lease` ended: its message is no longer held."""
+        if self.limit is not None and lease.message_id in self._started:
+            self._gone.add(lease.message_id)
+            return
         if self._ended:
             try:
                 self._ended.remove(lease.message_id)

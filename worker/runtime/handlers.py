@@ -198,6 +198,11 @@ class Executor:
         outcome, retry_after = Outcome.SHUTDOWN, 0.0
         span = open_handler_span(received)  # no `with`: see OpenSpan
         try:
+            if started >= lease.deadline and lease.state is _HELD:
+                # A stall since the receive (the process stopped, the loop blocked): the
+                # lease ran out before its handler could start, perhaps before the keeper's
+                # watchdog runs. Lost, never run: another consumer may hold it already.
+                self._keeper.lapsed(lease, started)
             if lease.cancel_reason is not None:  # lost, capped or shut down before it started
                 outcome = Outcome.LEASE_LOST if lease.lost else lease.cancel_reason
                 return outcome

@@ -482,6 +482,9 @@ class Supervisor:
             # Not stranded (renewed, never run): released at once through the settler, and
             # its slot given back once, when its lease ends.
             self._log.exception("dispatch.failed", queue=lease.queue, message_id=lease.message_id)
+            flow = self.flows.get(lease.queue) if self.flows else None
+            if flow is not None:
+                flow.not_started(received)
             release = Settlement(Action.RELEASE, self.backend.limits.min_release_visibility_s)
             self.settler.submit(lease, release)
 
@@ -581,6 +584,8 @@ class Supervisor:
             self._log.error("shutdown.flush_timed_out", pending=self.settler.pending)
 
     async def _release_from_here(self, wind_down_s: float) -> None:
+        self._stop_receiving.set()  # a tenant's turn from here on is released, not run
+        self._release_waiting()
         self._cancel_held()
         self._handlers.cancel()
         with anyio.move_on_after(wind_down_s):
