@@ -235,7 +235,8 @@ class Receiver:
         # Counted up front for the whole answer (a copy adopted is taken off again), so
         # that a lease lost on arrival below never takes the gauge under what is held.
         self._in_flight.inc(len(messages))
-        # One reading for the answer: nothing below awaits, so no time passes to speak of.
+        # One reading for the answer: nothing below awaits. A stall in between (the process
+        # stopped) is caught when each handler starts (Executor.run looks at its deadline).
         arrived = now()
         held = 0
         for received in messages:
