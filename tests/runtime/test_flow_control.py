@@ -16,7 +16,10 @@ import pytest
 
 from tests.recording import RecordingBackend
 from worker import Message, Outcome, OutgoingMessage, Worker, WorkerConfig
+from worker.clock import LoopClock
 from worker.config import AdaptiveConcurrency, FlowControl, RateLimit, TenantCap
+from worker.runtime.metrics import Metrics
+from worker.runtime.rate_gate import RateGate
 from worker.runtime.supervisor import Supervisor
 from worker.testing import run_worker
 from worker.types import QueueSpec, ReceivedMessage
@@ -445,3 +448,39 @@ async def test_a_cancellation_from_outside_releases_the_messages_waiting_for_the
         tasks.cancel_scope.cancel()
     counts = backend.inner.engine.counts("jobs")
     assert (counts.visible, counts.in_flight) == (2, 0), counts
+
+
+class _SilentStore:
+    """A store that never answers (a partition, a SIGSTOPped Redis)."""
+
+    async def grant(self, key: str, count: int, per_s: float, burst: int) -> float:
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    async def close(self) -> None:
+        pass
+
+
+async def test_failing_open_a_silent_store_holds_receives_only_briefly_at_each_retry() -> None:
+    """Failing open, every retry of a store that stopped answering held receives for the
+    whole call timeout (5 s): with pauses doubling from 0.5 s, 22 of the first 30 s went
+    waiting (found in review). After the first timeout a retry gets a short look."""
+    limit = RateLimit(per_s=10, burst=10, shared="memory://unused", on_outage="open")
+    gate = RateGate(
+        "jobs",
+        limit,
+        batch=10,
+        store=_SilentStore(),
+        clock=LoopClock(),
+        metrics=Metrics(),
+        call_timeout_s=5.0,
+        backoff_s=0.5,
+        backoff_max_s=30.0,
+    )
+    stopped = anyio.Event()
+    began = anyio.current_time()
+    granted = 0
+    while anyio.current_time() - began < 30:
+        granted += await gate.acquire(10, stopped)
+    # 30 s at 10 a second, less the first timeout (5 s) and 4 short retries (4 x 1 s).
+    assert granted >= 200, granted

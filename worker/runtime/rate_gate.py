@@ -28,6 +28,9 @@ from worker.runtime.rate_store import RateStore, RateStoreError
 
 __all__ = ["RateGate"]
 
+#: The longest a retry of a store that is down may hold receives while failing open.
+_RETRY_WHILE_OPEN_S = 1.0
+
 
 class RateGate:
     def __init__(
@@ -80,8 +83,14 @@ class RateGate:
         if self._store is None or self._clock.now() < self._retry_at:
             return await self._local(count, stopped)
         while not stopped.is_set():
+            # Failing open, a store that stopped answering (a partition, a SIGSTOPped Redis)
+            # must not hold receives for a whole call timeout at every retry: the local
+            # schedule is already standing in, so a retry gets a short look.
+            timeout_s = self._call_timeout_s
+            if self._outage and self.limit.on_outage == "open":
+                timeout_s = min(timeout_s, _RETRY_WHILE_OPEN_S)
             try:
-                with anyio.fail_after(self._call_timeout_s):
+                with anyio.fail_after(timeout_s):
                     wait_s = await self._store.grant(
                         self._key, self._grant, self.limit.per_s, self._burst
                     )
