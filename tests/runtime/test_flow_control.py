@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import anyio
 import pytest
+from structlog.testing import capture_logs
 
 from tests.recording import RecordingBackend
 from worker import Message, Outcome, OutgoingMessage, Worker, WorkerConfig
@@ -22,7 +23,7 @@ from worker.runtime.metrics import Metrics
 from worker.runtime.rate_gate import RateGate
 from worker.runtime.supervisor import Supervisor
 from worker.testing import run_worker
-from worker.types import QueueSpec, ReceivedMessage
+from worker.types import QueueSpec, ReceivedMessage, RedrivePolicy
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
 
@@ -484,3 +485,24 @@ async def test_failing_open_a_silent_store_holds_receives_only_briefly_at_each_r
         granted += await gate.acquire(10, stopped)
     # 30 s at 10 a second, less the first timeout (5 s) and 4 short retries (4 x 1 s).
     assert granted >= 200, granted
+
+
+async def test_a_tenant_cap_on_a_queue_that_dead_letters_after_3_receives_is_warned_at_start() -> (
+    None
+):
+    app = Worker(
+        WorkerConfig(max_in_flight=10, wait_s=1, flow=FlowControl(tenants=TenantCap(per_tenant=1)))
+    )
+
+    @app.handler("jobs")
+    async def job(message: Message) -> None:
+        pass
+
+    backend = RecordingBackend()
+    await backend.create_queue(QueueSpec("dlq"))
+    await backend.create_queue(QueueSpec("jobs", redrive=RedrivePolicy("dlq", 3)))
+    with capture_logs() as logs:
+        async with run_worker(app, backend=backend):
+            pass
+    warned = [e["warning"] for e in logs if e["event"] == "queue.config_warning"]
+    assert [w for w in warned if "per-tenant cap" in w and "maxReceiveCount=3" in w] != []

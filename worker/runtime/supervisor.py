@@ -52,7 +52,7 @@ from worker.backend import Backend
 from worker.clock import LoopClock
 from worker.config import FlowControl
 from worker.core.lease import Lease, LeaseState
-from worker.core.preflight import check_config, check_queue
+from worker.core.preflight import check_config, check_flow, check_queue
 from worker.core.settlement import Action, Outcome, Settlement
 from worker.errors import (
     ConfigError,
@@ -313,7 +313,11 @@ class Supervisor:
                 fifo=info.fifo,
                 dead_letter_queue=info.redrive.dead_letter_queue if info.redrive else None,
             )
-            for warning in check_queue(spec.policy, info, self.app.config.lease):
+            warnings = [
+                *check_queue(spec.policy, info, self.app.config.lease),
+                *check_flow(self._flow_of(spec.queue), info),
+            ]
+            for warning in warnings:
                 self._log.warning("queue.config_warning", queue=spec.queue, warning=warning)
 
     async def _receive_and_drain(self, task_status: TaskStatus[None]) -> None:
@@ -374,8 +378,7 @@ class Supervisor:
 
     def _receiver(self, queue: str, max_in_flight: int | None) -> Receiver:
         config = self.app.config
-        own = self.app.registry[queue].flow
-        flow = config.flow if own is None else own.over(config.flow)
+        flow = self._flow_of(queue)
         slots = Slots(max_in_flight or config.max_in_flight, max_bytes=flow.max_bytes)
         rate = None
         if not flow.off:
@@ -408,6 +411,11 @@ class Supervisor:
             note_sent=self._sampler is not None,
             rate=rate,
         )
+
+    def _flow_of(self, queue: str) -> FlowControl:
+        """The queue's flow control: its handler's own, over the worker's, part by part."""
+        own, worker_wide = self.app.registry[queue].flow, self.app.config.flow
+        return worker_wide if own is None else own.over(worker_wide)
 
     def _rate_gate(self, queue: str, flow: FlowControl) -> RateGate | None:
         limit = flow.rate
