@@ -110,6 +110,11 @@ class Process:
         return self.popen.poll()
 
     def stderr_tail(self, lines: int = 3) -> str:
+        """The last lines of standard error. Once the process has exited, what it wrote is
+        read to the end first: its reader thread may not have caught up yet (a contender
+        that died at once was reported with 'no output')."""
+        if self.popen.poll() is not None:
+            self._readers[1].join(1.0)
         return " / ".join(line[:200] for line in list(self._stderr)[-lines:] if line)
 
     def stop(self, grace_s: float = 3.0) -> None:
