@@ -18,6 +18,10 @@ Rules:
   `((.|\\r\\n|\\r|\\n)*)` after "Py4JJavaError: An error occurred while calling") that
   recurses once per character: on a few kilobytes the stream thread's stack overflows, and
   the JVM prints a `StackOverflowError` of ~1,000 lines instead of stopping as asked.
+- The stop may instead cancel the batch's job first (Spark 4 tags a query's jobs):
+  `SparkException: [SPARK_JOB_CANCELLED] Job N cancelled Query [...] was stopped`, which
+  Spark's expression does not count as an interruption: the same overflow, now and then.
+  It is the same stop, and is said as an interruption too.
 - So an interruption is raised again as `BatchInterrupted`, without the chained original
   (`from None`): a traceback of a few lines whose last one is what Spark's expression looks
   for, found at once. Any other error passes unchanged. The batch is not committed either
@@ -46,6 +50,8 @@ INTERRUPTIONS = (
     "java.nio.channels.ClosedByInterruptException",
 )
 _CALLING = "An error occurred while calling "
+#: Spark's error class for a job cancelled because its streaming query was stopped.
+_CANCELLED_BY_STOP = "[SPARK_JOB_CANCELLED]"
 
 BatchFunction = Callable[[DataFrame, int], None]
 
@@ -76,6 +82,11 @@ def interruption_of(error: BaseException) -> BatchInterrupted | None:
     except Exception:
         return None
     name = next((name for name in INTERRUPTIONS if name in text), None)
+    head = "\n".join(text.split("\n", 2)[:2])  # the call, then the Java exception's line
+    if name is None and _CANCELLED_BY_STOP in head and "was stopped" in head:
+        # The stop cancelled the batch's job before it interrupted the thread (Spark 4 tags
+        # a query's jobs): the same stop, said with an interruption Spark's check knows.
+        name = INTERRUPTIONS[0]
     if name is None:
         return None
     first = text.split("\n", 1)[0]
