@@ -54,6 +54,22 @@ def _within_rate(starts: Sequence[float], per_s: float, burst: int) -> bool:
     return all(index + 1 <= burst + per_s * (at - first) + 1e-6 for index, at in enumerate(starts))
 
 
+class _Load:
+    """How many handlers run at once, at most, by key (a tenant, or "" for all)."""
+
+    def __init__(self) -> None:
+        self.running: Counter[str] = Counter()
+        self.most: Counter[str] = Counter()
+
+    async def hold(self, key: str, seconds: float) -> None:
+        self.running[key] += 1
+        self.most[key] = max(self.most[key], self.running[key])
+        try:
+            await anyio.sleep(seconds)
+        finally:
+            self.running[key] -= 1
+
+
 def _timed(limit: RateLimit, *, wait_s: int = 1) -> tuple[Worker, list[float]]:
     """A worker whose handler notes when each message starts, rate-limited by `limit`."""
     app = Worker(WorkerConfig(max_in_flight=10, wait_s=wait_s, flow=FlowControl(rate=limit)))
@@ -153,17 +169,13 @@ async def test_a_tenant_never_runs_more_than_its_cap_and_quiet_tenants_go_first(
             flow=FlowControl(tenants=TenantCap(per_tenant=2, release_s=3, waiting=2)),
         )
     )
-    running: Counter[str] = Counter()
-    most: Counter[str] = Counter()
+    load = _Load()
     finished: dict[str, list[float]] = {}
 
     @app.handler("jobs")
     async def job(message: Message) -> None:
         tenant = message.group_id or "?"
-        running[tenant] += 1
-        most[tenant] = max(most[tenant], running[tenant])
-        await anyio.sleep(1)
-        running[tenant] -= 1
+        await load.hold(tenant, 1)
         finished.setdefault(tenant, []).append(anyio.current_time())
 
     backend = RecordingBackend()
@@ -177,7 +189,7 @@ async def test_a_tenant_never_runs_more_than_its_cap_and_quiet_tenants_go_first(
         released = harness.supervisor.metrics.value(
             "lease_worker_flow_tenant_released_total", queue="jobs"
         )
-    assert max(most.values()) == 2
+    assert max(load.most.values()) == 2
     assert Counter(record.message.group_id for record in handled) == {
         "noisy": 30,
         "a": 2,
@@ -198,23 +210,18 @@ async def test_messages_without_a_tenant_are_not_capped() -> None:
     app = Worker(
         WorkerConfig(max_in_flight=10, wait_s=1, flow=FlowControl(tenants=TenantCap(per_tenant=1)))
     )
-    running = 0
-    most = 0
+    load = _Load()
 
     @app.handler("jobs")
     async def job(message: Message) -> None:
-        nonlocal running, most
-        running += 1
-        most = max(most, running)
-        await anyio.sleep(1)
-        running -= 1
+        await load.hold("", 1)
 
     backend = RecordingBackend()
     await _queue(backend)
     await _send(backend, 10)
     async with run_worker(app, backend=backend) as harness:
         await harness.wait_for_handled(10)
-    assert most == 10
+    assert load.most[""] == 10
 
 
 async def test_a_key_function_picks_the_tenant_and_its_bugs_cap_nothing() -> None:
@@ -230,15 +237,11 @@ async def test_a_key_function_picks_the_tenant_and_its_bugs_cap_nothing() -> Non
             flow=FlowControl(tenants=TenantCap(per_tenant=1, key=by_body)),
         )
     )
-    running: Counter[str] = Counter()
-    most: Counter[str] = Counter()
+    load = _Load()
 
     @app.handler("jobs", decode="raw")
     async def job(message: Message) -> None:
-        running[message.raw_body] += 1
-        most[message.raw_body] = max(most[message.raw_body], running[message.raw_body])
-        await anyio.sleep(1)
-        running[message.raw_body] -= 1
+        await load.hold(message.raw_body, 1)
 
     backend = RecordingBackend()
     await _queue(backend)
@@ -246,8 +249,8 @@ async def test_a_key_function_picks_the_tenant_and_its_bugs_cap_nothing() -> Non
     await _send(backend, 3, body="boom")
     async with run_worker(app, backend=backend) as harness:
         await harness.wait_for_handled(6)
-    assert most["x"] == 1
-    assert most["boom"] == 3
+    assert load.most["x"] == 1
+    assert load.most["boom"] == 3
 
 
 async def test_a_shutdown_hands_back_the_messages_waiting_for_their_tenant() -> None:
@@ -288,16 +291,11 @@ async def test_a_shutdown_hands_back_the_messages_waiting_for_their_tenant() -> 
 async def test_receives_stop_while_the_bodies_held_reach_max_bytes() -> None:
     app = Worker(WorkerConfig(max_in_flight=10, wait_s=1, flow=FlowControl(max_bytes=1000)))
     at_receive: list[int] = []
-    running = 0
-    most = 0
+    load = _Load()
 
     @app.handler("jobs", decode="raw")
     async def job(message: Message) -> None:
-        nonlocal running, most
-        running += 1
-        most = max(most, running)
-        await anyio.sleep(1)
-        running -= 1
+        await load.hold("", 1)
 
     backend = RecordingBackend()
     await _queue(backend)
@@ -316,8 +314,8 @@ async def test_receives_stop_while_the_bodies_held_reach_max_bytes() -> None:
         assert slots.bytes == 0
     # A receive starts only under the cap; one receive may pass it by its batch.
     assert all(held < 1000 for held in at_receive)
-    assert most <= 10
-    assert most * 300 <= 1000 + 10 * 300
+    assert load.most[""] <= 10
+    assert load.most[""] * 300 <= 1000 + 10 * 300
 
 
 async def test_the_adaptive_limit_settles_where_the_downstream_stops_queueing() -> None:
