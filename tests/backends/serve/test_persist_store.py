@@ -47,15 +47,21 @@ def _after_sigkill(tmp: Path, path: Path) -> MemoryEngine:
     return engine
 
 
-async def test_a_failed_fold_loses_no_acknowledged_send(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    path = tmp_path / "state.json"
+def _with_jobs(path: Path) -> tuple[MemoryEngine, Persistence]:
+    """An engine persisted at `path` (folded by hand only), with a queue `jobs` on disk."""
     engine = _engine()
     store = Persistence(engine, path, interval_s=3600)
     store.open()
     engine.create_queue(QueueSpec("jobs"))
     store.compact_now()
+    return engine, store
+
+
+async def test_a_failed_fold_loses_no_acknowledged_send(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "state.json"
+    engine, store = _with_jobs(path)
     # The fold took the pending changes and, its snapshot failing, acknowledged them in no
     # file: the send below was answered 200 and lost to a SIGKILL.
     real = persist._write_atomically
@@ -90,11 +96,7 @@ async def test_journal_appends_go_on_while_a_fold_writes_and_a_crash_then_loses_
     # The fold held the journal's lock while it wrote the whole state: every answer waited
     # for it (1.8 s for a send at 100 MB of state).
     path = tmp_path / "state.json"
-    engine = _engine()
-    store = Persistence(engine, path, interval_s=3600)
-    store.open()
-    engine.create_queue(QueueSpec("jobs"))
-    store.compact_now()
+    engine, store = _with_jobs(path)
     entered, release = threading.Event(), threading.Event()
     real = persist._write_atomically
 
@@ -133,11 +135,7 @@ async def test_a_failed_journal_write_fails_answers_until_a_fold_holds_them(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "state.json"
-    engine = _engine()
-    store = Persistence(engine, path, interval_s=3600)
-    store.open()
-    engine.create_queue(QueueSpec("jobs"))
-    store.compact_now()
+    engine, store = _with_jobs(path)
 
     def full_disk(self: Persistence, sequence: int, delta: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
