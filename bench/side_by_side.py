@@ -248,12 +248,15 @@ def attempt(
         return str(error) or type(error).__name__
 
 
-def run(messages: int, rounds: int = 1, *, smoke: bool = False) -> list[Row]:
+def run(
+    messages: int, rounds: int = 1, *, smoke: bool = False, only: tuple[str, ...] = ()
+) -> list[Row]:
     """Install the peers if need be, then measure every contender, `rounds` times in turn.
 
     Each row is the contender's fastest round (the one least disturbed by whatever else the
     machine was doing), with every round's rate in `rates`. A contender that fails once is
-    reported as failed and not run again. `smoke`: only the contenders marked for smoke runs.
+    reported as failed and not run again. `smoke`: only the contenders marked for smoke runs;
+    `only`: only the contenders of these names (for tuning).
     """
     trouble = peers.install()
     if trouble:
@@ -261,6 +264,8 @@ def run(messages: int, rounds: int = 1, *, smoke: bool = False) -> list[Row]:
     versions = peers.versions()
     # A named configuration that is what no flags mean is the default's row already.
     everyone = [c for c in peers.contenders() if (c.smoke or not smoke) and not c.same_as_default]
+    if only:
+        everyone = [c for c in everyone if c.name in only]
     measured: dict[str, list[Row]] = {c.name: [] for c in everyone}
     failures: dict[str, str] = {}
     for round_ in range(1, rounds + 1):
@@ -468,8 +473,10 @@ def section(rows: list[Row], images: Path) -> list[str]:
     ]
 
 
-def report(messages: int, images: Path, rounds: int | None = None) -> list[str]:
-    return section(run(messages, rounds or rounds_for(messages)), images)
+def report(
+    messages: int, images: Path, rounds: int | None = None, only: tuple[str, ...] = ()
+) -> list[str]:
+    return section(run(messages, rounds or rounds_for(messages), only=only), images)
 
 
 def _body(docstring: str | None) -> str:
@@ -485,9 +492,16 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--images", type=Path, default=Path(tempfile.gettempdir()) / "bench")
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="run only the contender of this name, as the table gives it (repeatable)",
+    )
     args = parser.parse_args()
     args.images.mkdir(parents=True, exist_ok=True)
-    print("\n".join(report(args.messages, args.images, args.rounds)))
+    print("\n".join(report(args.messages, args.images, args.rounds, tuple(args.only))))
 
 
 if __name__ == "__main__":
