@@ -10,9 +10,9 @@ good at. Rules this module keeps:
   profile, SSO, IRSA / web identity, instance roles), frozen afresh for every attempt with
   its async `get_frozen_credentials`, so a refreshing provider is honoured; no credentials
   is botocore's `NoCredentialsError`.
-- Every attempt is signed by botocore's `SigV4Auth` for the client's region and signing
-  name (`backends.sqs.lean_signer`, which hands it a lighter request than botocore's
-  `AWSRequest`), and sent to the client's endpoint URL.
+- Every attempt is signed with SigV4 for the client's region and signing name by
+  `backends.sqs.lean_signer` (its own computation, held header for header to botocore's
+  `SigV4Auth` by tests), and sent to the client's endpoint URL with the Host it signed.
 - The headers are botocore's for SQS: signed, content type, target and
   `x-amzn-query-mode: true` (`backends.sqs.lean_signer`); unsigned, `amz-sdk-invocation-id`
   (one per call) and `amz-sdk-request` (`attempt=N`, then `ttl`, `attempt` and `max` on a
@@ -29,10 +29,13 @@ good at. Rules this module keeps:
   `ResponseParserError` (stricter than botocore: `backends.sqs.lean_wire`).
 - With tracing on, each call is one span with the attributes OpenTelemetry's botocore
   instrumentation gives (`backends.sqs.lean_tracing`); with it off, no span and no cost.
-- One aiohttp session per transport: at most `max_pool_connections` connections, the
-  settings' connect and read timeouts, proxies as botocore finds them (its config's, else
-  the environment's), TLS verified against botocore's CA bundle (or the configured
-  `ca_bundle`). Closed by `aclose`.
+- One connection pool per transport: at most `max_pool_connections` connections, the
+  settings' connect and read timeouts, TLS verified against botocore's CA bundle (or the
+  configured `ca_bundle`), idle connections kept 12 s (aiobotocore's keep-alive). A direct
+  endpoint goes through `backends.sqs.lean_http` (HTTP/1.1 on asyncio's transports: about
+  half the client CPU of an aiohttp session); one reached through a proxy, as botocore
+  finds proxies (its config's, else the environment's), through an aiohttp session. Every
+  answer's headers come back with lower-cased names either way. Closed by `aclose`.
 - Nothing is logged; bodies and credentials never reach an exception's message.
 """
 
@@ -41,7 +44,7 @@ from __future__ import annotations
 import socket
 import ssl
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -67,7 +70,7 @@ from botocore.httpsession import ProxyConfiguration, get_cert_path, mask_proxy_u
 from botocore.parsers import JSONParser, ResponseParserError
 from botocore.utils import get_environ_proxies
 
-from backends.sqs import lean_tracing, lean_wire
+from backends.sqs import lean_http, lean_tracing, lean_wire
 from backends.sqs.lean_retry import StandardRetry
 from backends.sqs.lean_signer import RequestSigner
 from backends.sqs.settings import SqsSettings
@@ -104,20 +107,46 @@ def _credentials(client: Any) -> Any:
     return signer._credentials
 
 
-async def _connector(url: str, limit: int, ca_bundle: str | None) -> aiohttp.TCPConnector:
-    context: ssl.SSLContext | bool = False
-    if urlsplit(url).scheme == "https":
-        cafile = get_cert_path(ca_bundle or True)
-        # Reading the CA bundle is blocking file I/O.
-        context = await anyio.to_thread.run_sync(lambda: ssl.create_default_context(cafile=cafile))
-    return aiohttp.TCPConnector(
-        limit=limit, ssl=context, keepalive_timeout=DEFAULT_KEEPALIVE_TIMEOUT
+async def _ssl_context(url: str, ca_bundle: str | None) -> ssl.SSLContext | None:
+    if urlsplit(url).scheme != "https":
+        return None
+    cafile = get_cert_path(ca_bundle or True)
+    # Reading the CA bundle is blocking file I/O.
+    return await anyio.to_thread.run_sync(lambda: ssl.create_default_context(cafile=cafile))
+
+
+def _session(settings: SqsSettings, context: ssl.SSLContext | None) -> aiohttp.ClientSession:
+    """An aiohttp session, for an endpoint reached through a proxy."""
+    connector = aiohttp.TCPConnector(
+        limit=settings.max_pool_connections,
+        ssl=context if context is not None else False,
+        keepalive_timeout=DEFAULT_KEEPALIVE_TIMEOUT,
     )
+    return aiohttp.ClientSession(
+        connector=connector,
+        timeout=aiohttp.ClientTimeout(
+            sock_connect=settings.connect_timeout_s, sock_read=settings.read_timeout_s
+        ),
+        auto_decompress=False,
+        skip_auto_headers=("Content-Type",),
+    )
+
+
+def _lowered(headers: Mapping[str, str]) -> dict[str, str]:
+    """aiohttp's headers as lean_http gives them: names lower-cased, repeats joined."""
+    found: dict[str, str] = {}
+    for name, value in headers.items():
+        name = name.lower()
+        seen = found.get(name)
+        found[name] = value if seen is None else f"{seen}, {value}"
+    return found
 
 
 def transport_error(exc: Exception, url: str, proxy: str | None = None) -> Exception:
     """aiohttp's and the OS's exceptions as aiobotocore's HTTP session raises them."""
     error: Exception
+    if isinstance(exc, lean_http.HttpError):
+        return _http_error(exc, url)
     closed = (
         aiohttp.ServerDisconnectedError,
         aiohttp.ClientPayloadError,
@@ -140,6 +169,23 @@ def transport_error(exc: Exception, url: str, proxy: str | None = None) -> Excep
     return error
 
 
+#: lean_http's errors as botocore's: the classes aiohttp's errors map to (first match wins).
+_HTTP_ERRORS: tuple[tuple[type[lean_http.HttpError], Callable[..., Exception]], ...] = (
+    (lean_http.ConnectTimeout, ConnectTimeoutError),
+    (lean_http.ConnectFailed, EndpointConnectionError),
+    (lean_http.TlsFailed, SSLError),
+    (lean_http.ReadTimeout, ReadTimeoutError),
+    (lean_http.Closed, ConnectionClosedError),
+    (lean_http.HttpError, HTTPClientError),
+)
+
+
+def _http_error(exc: lean_http.HttpError, url: str) -> Exception:
+    kind = next(botocores for ours, botocores in _HTTP_ERRORS if isinstance(exc, ours))
+    error: Exception = kind(endpoint_url=url, error=exc)
+    return error
+
+
 class LeanTransport:
     """Signed JSON calls to SQS with a client's credentials, endpoint and retry rules.
 
@@ -152,10 +198,13 @@ class LeanTransport:
         self,
         *,
         client: Any,
-        session: aiohttp.ClientSession,
         retry: StandardRetry,
+        pool: lean_http.HttpPool | None = None,
+        session: aiohttp.ClientSession | None = None,
         proxy: str | None = None,
     ) -> None:
+        if (pool is None) == (session is None):
+            raise ValueError("LeanTransport: give it a pool or (for a proxy) a session")
         meta = client.meta
         self._url = _request_url(meta.endpoint_url)
         self._region: str = meta.region_name
@@ -170,6 +219,7 @@ class LeanTransport:
         self._read_timeout: float | None = meta.config.read_timeout
         self._credentials = _credentials(client)
         self._user_agent = _user_agent(client)
+        self._pool = pool
         self._session = session
         self._retry = retry
         self._proxy = proxy
@@ -185,20 +235,27 @@ class LeanTransport:
         # (HTTP_PROXY, HTTPS_PROXY, NO_PROXY).
         found = config.proxies if config.proxies is not None else get_environ_proxies(url)
         proxies = ProxyConfiguration(proxies=found, proxies_settings=config.proxies_config)
-        connector = await _connector(url, settings.max_pool_connections, ca_bundle)
-        session = aiohttp.ClientSession(
-            connector=connector,
-            timeout=aiohttp.ClientTimeout(
-                sock_connect=settings.connect_timeout_s, sock_read=settings.read_timeout_s
-            ),
-            auto_decompress=False,
-            skip_auto_headers=("Content-Type",),
-        )
+        proxy = proxies.proxy_url_for(url)
+        context = await _ssl_context(url, ca_bundle)
         retry = StandardRetry(client.meta.service_model, settings.max_attempts)
-        return cls(client=client, session=session, retry=retry, proxy=proxies.proxy_url_for(url))
+        if proxy is not None:
+            session = _session(settings, context)
+            return cls(client=client, retry=retry, session=session, proxy=proxy)
+        pool = lean_http.HttpPool(
+            url,
+            limit=settings.max_pool_connections,
+            connect_timeout_s=settings.connect_timeout_s,
+            read_timeout_s=settings.read_timeout_s,
+            keepalive_s=DEFAULT_KEEPALIVE_TIMEOUT,
+            ssl_context=context,
+        )
+        return cls(client=client, retry=retry, pool=pool)
 
     async def aclose(self) -> None:
-        await self._session.close()
+        if self._pool is not None:
+            await self._pool.aclose()
+        if self._session is not None:
+            await self._session.close()
 
     async def call(self, operation: str, params: Mapping[str, Any]) -> dict[str, Any]:
         """One SQS call with botocore's retries; its answer as botocore would parse it."""
@@ -280,7 +337,7 @@ class LeanTransport:
     def _set_ttl(self, retries: dict[str, Any], headers: Mapping[str, str]) -> None:
         """`ttl` for the next attempt's `amz-sdk-request`, from the answer's Date, as
         botocore's endpoint sets it (it ignores a date it cannot read; so does this)."""
-        date = headers.get("Date")
+        date = headers.get("date")
         if not date or self._read_timeout is None:
             return
         try:
@@ -299,10 +356,13 @@ class LeanTransport:
             f"{key}={retries[key]}" for key in ("ttl", "attempt", "max") if key in retries
         )
         try:
+            if self._pool is not None:
+                return await self._pool.post(self._signer.host, headers, body)
+            assert self._session is not None
             async with self._session.post(
                 self._url, data=body, headers=headers, proxy=self._proxy
             ) as response:
-                return response.status, response.headers, await response.read()
+                return response.status, _lowered(response.headers), await response.read()
         except Exception as exc:
             raise transport_error(exc, self._url, self._proxy) from exc
 
@@ -314,4 +374,5 @@ class LeanTransport:
         headers = self._signer.headers(frozen, operation, body)
         headers["User-Agent"] = self._user_agent
         headers["Accept-Encoding"] = "identity"
+        headers["Accept"] = "*/*"  # what aiohttp adds to botocore's requests
         return headers

@@ -126,6 +126,12 @@ class RequestSigner:
         # (secret key, date stamp, HMAC keyed with the signing key): the latest only.
         self._key: tuple[str, str, hmac.HMAC | None] = ("", "", None)
 
+    @property
+    def host(self) -> str:
+        """The Host header's value, as signed: botocore's for the URL (lower-cased, a
+        default port left out). The request must carry exactly this."""
+        return self._host
+
     def __repr__(self) -> str:
         return (
             f"RequestSigner(url={self._url!r}, region={self._region!r}, "
