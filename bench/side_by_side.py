@@ -353,6 +353,12 @@ def _cpu(row: Row) -> float:
     return row.worker_cpu_s / row.messages
 
 
+def _cpu_ratio(ref: Row, row: Row) -> str:
+    """ref's CPU per message ÷ row's; nan when row's is too small for /proc's clock to read
+    (10 ms ticks: a smoke-size drain can take less)."""
+    return f"{_cpu(ref) / _cpu(row):.2f}" if _cpu(row) > 0 else "nan"
+
+
 def references(rows: list[Row]) -> list[Row]:
     """The fastest one-process peer (by msgs/s) and the floor, those that were measured."""
     peers_ = [r for r in rows if not _ours(r) and _measured(r)]
@@ -384,7 +390,7 @@ def ratios(rows: list[Row]) -> list[str]:
             lines.append(f"| {row.contender.name} |" + " |" * (2 * len(against)))
             continue
         cells = " | ".join(
-            f"**{row.rate / ref.rate:.2f}** | **{_cpu(ref) / _cpu(row):.2f}**" for ref in against
+            f"**{row.rate / ref.rate:.2f}** | **{_cpu_ratio(ref, row)}**" for ref in against
         )
         lines.append(f"| {row.contender.name} | {cells} |")
     return [

@@ -51,6 +51,15 @@ def test_ratios_are_against_the_fastest_measured_peer_and_the_floor() -> None:
     assert lean == "| lease-worker, lean path, uvloop | **1.20** | **1.80** | **0.67** | **0.40** |"
 
 
+def test_a_cpu_time_under_procs_clock_tick_is_nan_not_a_crash() -> None:
+    """At smoke size a drain can take less CPU than /proc's 10 ms tick: read as 0, its ratio
+    is nan (the report once failed there with a ZeroDivisionError)."""
+    rows = [*_with_floor(), row(named("lease-worker, botocore client"), 6_000, 0.0)]
+    lines = side_by_side.ratios(rows)
+    ticked = next(line for line in lines if line.startswith("| lease-worker, botocore client |"))
+    assert ticked == "| lease-worker, botocore client | **1.20** | **nan** | **0.67** | **nan** |"
+
+
 def test_scale_out_keeps_configurations_measured_at_several_process_counts() -> None:
     got = scale_out.series(_rows())
     assert {config: [r.contender.processes for r in rows] for config, rows in got.items()} == {
