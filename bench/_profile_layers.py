@@ -26,6 +26,8 @@ _STDLIB = sysconfig.get_paths()["stdlib"]
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("runtime", (f"{ROOT}/worker/",)),
     ("engine", (f"{ROOT}/backends/memory/", f"{ROOT}/backends/serve/")),
+    # The lean path's HTTP client is the transport, as aiohttp is for the botocore path.
+    ("http", (f"{ROOT}/backends/sqs/lean_http.py",)),
     ("sqs backend", (f"{ROOT}/backends/sqs/",)),
     ("botocore", ("/botocore/", "/aiobotocore/")),
     ("http", ("/aiohttp/", "/yarl/", "/multidict/", "/urllib3/", f"{_STDLIB}/http/")),

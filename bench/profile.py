@@ -219,9 +219,10 @@ def page(runs: list[Run], command: str, images: str) -> str:
         "Own time (cProfile, CPU clock); C functions and standard-library modules of no layer "
         "(email, re, json) are counted in the layer that called them. "
         "runtime: worker/ (receiver, dispatcher, leases, settler, metrics); engine: "
-        "backends/memory; sqs backend: backends/sqs (the lean path's own code included); "
-        "botocore: aiobotocore and botocore (serialising, signing, parsing, event hooks); http: "
-        "aiohttp, yarl, multidict (the transport both SQS paths share); asyncio: asyncio, "
+        "backends/memory; sqs backend: backends/sqs (the lean path's own code included, its "
+        "signer too); botocore: aiobotocore and botocore (serialising, signing, parsing, event "
+        "hooks); http: the lean path's backends/sqs/lean_http.py, and aiohttp, yarl, multidict "
+        "(botocore's transport, and the lean path's through a proxy); asyncio: asyncio, "
         "anyio, uvloop; logging: structlog and logging.",
         "",
         *shares_table(runs),

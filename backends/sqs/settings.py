@@ -4,10 +4,11 @@ Rules this module keeps:
 - Region, endpoint and credentials come from the standard AWS chain unless given explicitly.
 - botocore retries in `standard` mode (`total_max_attempts` counts the first try).
 - `client` picks how the hot calls travel: "lean", the default (`backends.sqs.lean`:
-  receive, delete, extend and send written and read directly, signed and retried by
-  botocore's own parts, answering and raising what botocore would; everything else stays on
-  aiobotocore), or "botocore" (aiobotocore for everything: the opt-out, for code that hooks
-  botocore's event system or instruments aiobotocore's `_make_api_call` on the hot calls).
+  receive, delete, extend and send written, signed, sent and read directly, with botocore's
+  credential chain and standard-mode retry rules, answering and raising what botocore
+  would; everything else stays on aiobotocore), or "botocore" (aiobotocore for everything:
+  the opt-out, for code that hooks botocore's event system or instruments aiobotocore's
+  `_make_api_call` on the hot calls).
 """
 
 from __future__ import annotations

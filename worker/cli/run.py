@@ -94,8 +94,9 @@ OPTIONS: dict[str, tuple[Option, ...]] = {
         Option(
             "--sqs-client",
             "how the SQS backend makes its hot calls (receive, delete, extend, send): "
-            "botocore (plain aiobotocore) or lean (the same calls written and read directly, "
-            f"signed and retried by botocore) (default: {DEFAULT_SQS_CLIENT})",
+            "botocore (plain aiobotocore) or lean (the same calls written, signed, sent and "
+            "read directly, with botocore's credentials and retry rules) "
+            f"(default: {DEFAULT_SQS_CLIENT})",
             choices=SQS_CLIENTS,
         ),
     ),
