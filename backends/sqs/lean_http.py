@@ -416,7 +416,12 @@ class HttpPool:
         (status, headers with lower-cased names, body), or an HttpError."""
         fields = "".join([f"{name}: {value}\r\n" for name, value in headers.items()])
         lines = len(headers)
-        if fields.count("\n") != lines or fields.count("\r") != lines or "\r" in host:
+        if (
+            fields.count("\n") != lines
+            or fields.count("\r") != lines
+            or "\r" in host
+            or "\n" in host
+        ):
             raise RefusedRequest("a header value with CR or LF")
         request = (
             f"POST {self._target} HTTP/1.1\r\nHost: {host}\r\n"

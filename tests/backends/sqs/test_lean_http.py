@@ -424,8 +424,9 @@ async def test_a_header_with_cr_or_lf_is_refused_unsent() -> None:
         for value in ("a\r\nInjected: yes", "a\nb", "a\rb"):
             with pytest.raises(lean_http.RefusedRequest):
                 await http.post("127.0.0.1", {"X-Amz-Target": value}, b"")
-        with pytest.raises(lean_http.RefusedRequest):
-            await http.post("127.0.0.1\r\nX: y", {}, b"")
+        for host in ("127.0.0.1\r\nX: y", "127.0.0.1\nX: y", "127.0.0.1\rX: y"):
+            with pytest.raises(lean_http.RefusedRequest):
+                await http.post(host, {}, b"")
         await http.aclose()
     assert server.connections == 0
     error = transport_error(lean_http.RefusedRequest("x"), server.url)
