@@ -61,6 +61,7 @@ __all__ = [
 #: The largest answer body read (10 SQS messages of 1 MiB with attributes fit many times).
 MAX_BODY = 64 * 1024 * 1024
 _MAX_HEAD = 64 * 1024
+_LENGTH_DIGITS = len(str(MAX_BODY))
 #: A chunk-size line or a trailer line longer than this is not HTTP/1.1 from SQS.
 _MAX_LINE = 8 * 1024
 #: asyncio runs a timer up to its clock resolution early; a timeout is not cut that short.
@@ -326,7 +327,8 @@ class _Connection(asyncio.Protocol):
         lines = head.decode("latin-1").split("\r\n")
         version, _, rest = lines[0].partition(" ")
         code = rest[:3]
-        if version not in ("HTTP/1.1", "HTTP/1.0") or len(code) != 3 or not code.isdigit():
+        # isdecimal, not isdigit: Latin-1's superscripts are digits that int() refuses.
+        if version not in ("HTTP/1.1", "HTTP/1.0") or len(code) != 3 or not code.isdecimal():
             raise ProtocolError("an answer that is not HTTP/1.x")
         if rest[3:4] not in ("", " "):
             raise ProtocolError("an answer that is not HTTP/1.x")
@@ -364,8 +366,14 @@ class _Connection(asyncio.Protocol):
                 self._keep_alive = False  # both: the length is ignored (RFC 9112 6.1)
         elif length is not None:
             values = {v.strip() for v in length.split(",")}
-            if len(values) != 1 or not (value := values.pop()).isdigit():
+            if len(values) != 1 or not (value := values.pop()).isdecimal():
                 raise ProtocolError("a Content-Length that is not one number")
+            if len(value) > _LENGTH_DIGITS:
+                # Leading zeros (allowed), or a length over MAX_BODY, perhaps one of more
+                # digits than int() reads (4300).
+                value = value.lstrip("0") or "0"
+                if len(value) > _LENGTH_DIGITS:
+                    raise ProtocolError(f"an answer's body over {MAX_BODY} bytes")
             self._remaining = int(value)
             if self._remaining > MAX_BODY:
                 raise ProtocolError(f"an answer's body over {MAX_BODY} bytes")

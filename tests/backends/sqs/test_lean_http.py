@@ -173,6 +173,9 @@ async def test_the_pool_opens_at_most_its_limit_and_queues_the_rest() -> None:
         (b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nx", b"x", True),
         (b"HTTP/1.1 204 No Content\r\n\r\n", b"", True),
         (b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", b"", True),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 001\r\n\r\nx", b"x", True),
+        # More digits than int() converts (4300), all but one leading zeros.
+        (b"HTTP/1.1 200 OK\r\nContent-Length: " + b"0" * 4400 + b"1\r\n\r\nx", b"x", True),
         (
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 99\r\n\r\n"
             b"1\r\nx\r\n0\r\n\r\n",
@@ -189,6 +192,8 @@ async def test_the_pool_opens_at_most_its_limit_and_queues_the_rest() -> None:
         "interim-100",
         "204",
         "empty",
+        "leading-zeros",
+        "4400-leading-zeros",
         "chunked-and-length",
     ],
 )
@@ -287,6 +292,11 @@ async def test_header_names_are_lower_cased_and_repeats_joined_as_botocore_joins
         b"HTTP/1.1 101 Switching Protocols\r\n\r\n",
         b"HTTP/1.1 200 OK\r\nX: " + b"v" * (65 * 1024) + b"\r\n\r\n",
         b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % (lean_http.MAX_BODY + 1),
+        # Latin-1 superscripts are digits to str.isdigit, not to int().
+        b"HTTP/1.1 2\xb20 OK\r\nContent-Length: 0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: \xb9\r\n\r\nx",
+        # More digits than int() converts (4300).
+        b"HTTP/1.1 200 OK\r\nContent-Length: " + b"9" * 4401 + b"\r\n\r\nx",
     ],
     ids=[
         "http-2",
@@ -301,6 +311,9 @@ async def test_header_names_are_lower_cased_and_repeats_joined_as_botocore_joins
         "101",
         "head-too-large",
         "body-too-large",
+        "superscript-status",
+        "superscript-length",
+        "length-of-4401-digits",
     ],
 )
 async def test_what_is_not_http_1_is_a_protocol_error_and_the_connection_goes(
