@@ -342,7 +342,9 @@ class _Connection(asyncio.Protocol):
             value = value.strip(" \t")
             seen = headers.get(name)
             headers[name] = value if seen is None else f"{seen}, {value}"
-        if 100 <= status < 200:
+        if status < 200:
+            if status < 100:  # a status code is 100 to 999 (RFC 9110 15)
+                raise ProtocolError("an answer that is not HTTP/1.x")
             if status == 101:
                 raise ProtocolError("an answer switching protocols")
             return  # an interim answer: the real one follows
