@@ -20,6 +20,9 @@ uvloop's). Rules it keeps:
   or, with neither, everything up to the close. Interim 1xx answers are skipped; 204 and
   304 have no body. At most 64 KiB of head and `MAX_BODY` of body: more, or anything that
   is not HTTP/1.x, is a `ProtocolError` and the connection is closed.
+- A body read to the close ends at the peer's close (a FIN; over TLS, what the loop
+  reports as the end: asyncio's and uvloop's SSL protocols report a close without
+  close_notify alike), never at a reset or an error, which cut it.
 - A connection is reused only after a whole answer that allows it (HTTP/1.1 without
   `Connection: close`, HTTP/1.0 with `keep-alive`) and with no byte after it.
 - Time: the TCP connect and the TLS handshake within `connect_timeout_s`, else
@@ -152,7 +155,10 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.reusable = False
         self._cancel_timer()
-        self._ended()
+        if exc is None:
+            self._ended()
+        else:  # a reset, not a close: it ends no body, not even one read to the close
+            self._fail(Closed(f"the connection was lost ({type(exc).__name__})"))
 
     # -- the pool's side ---------------------------------------------------------------
 

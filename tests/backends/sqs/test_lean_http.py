@@ -11,6 +11,7 @@ import datetime
 import ipaddress
 import socket
 import ssl
+import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -347,6 +348,27 @@ async def test_a_peer_that_closes_mid_answer_is_closed() -> None:
         await http.aclose()
     assert type(raised.value) is lean_http.Closed
     assert server.connections == 1
+
+
+async def test_a_body_read_to_the_close_is_cut_not_whole_when_the_peer_resets() -> None:
+    """Such a body ends at the peer's close (FIN); a reset (RST) may have dropped what the
+    peer had not sent yet, so what came before it is not the whole answer."""
+
+    async def reset(r: asyncio.StreamReader, w: asyncio.StreamWriter, server: Server) -> None:
+        await server.request(r)
+        w.write(b"HTTP/1.1 200 OK\r\n\r\npart one,")
+        await w.drain()
+        linger = struct.pack("ii", 1, 0)  # closed with linger 0: an RST, not a FIN
+        w.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger)
+        w.transport.abort()
+
+    async with serving(reset) as server:
+        http = pool(server.url)
+        with pytest.raises(lean_http.Closed) as raised:
+            await post(http)
+        await http.aclose()
+    assert type(raised.value) is lean_http.Closed
+    assert http.open_connections == 0
 
 
 async def test_a_stalled_answer_times_out_but_a_slow_one_does_not() -> None:
