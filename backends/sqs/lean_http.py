@@ -16,10 +16,11 @@ uvloop's). Rules it keeps:
   the peer has closed, is closed rather than reused.
 - An answer is a status line `HTTP/1.x`, headers (names lower-cased, a repeated name's
   values joined by ", ", as botocore's HTTP layer joins them; decoded as Latin-1, as
-  http.client decodes them) and a body by `Content-Length`, the chunked transfer coding,
-  or, with neither, everything up to the close. Interim 1xx answers are skipped; 204 and
-  304 have no body. At most 64 KiB of head and `MAX_BODY` of body: more, or anything that
-  is not HTTP/1.x, is a `ProtocolError` and the connection is closed.
+  http.client decodes them) and a body by `Content-Length`, the chunked transfer coding
+  (any other transfer coding is a `ProtocolError`), or, with neither, everything up to
+  the close. Interim 1xx answers are skipped; 204 and 304 have no body. At most 64 KiB
+  of head and `MAX_BODY` of body: more, or anything that is not HTTP/1.x, is a
+  `ProtocolError` and the connection is closed.
 - A body read to the close ends at the peer's close (a FIN; over TLS, what the loop
   reports as the end: asyncio's and uvloop's SSL protocols report a close without
   close_notify alike), never at a reset or an error, which cut it.
@@ -365,11 +366,11 @@ class _Connection(asyncio.Protocol):
         if status in (204, 304):
             self._finish()
         elif coding is not None:
-            if coding.rsplit(",", 1)[-1].strip().lower() == "chunked":
-                self._state = _CHUNK_SIZE
-            else:
-                self._state = _TO_CLOSE
-                self._keep_alive = False
+            # Chunked alone: no request asks for another coding (no TE is sent), and a body
+            # in one (gzip, chunked) would be handed over still encoded.
+            if coding.lower() != "chunked":
+                raise ProtocolError("a transfer coding other than chunked")
+            self._state = _CHUNK_SIZE
             if length is not None:
                 self._keep_alive = False  # both: the length is ignored (RFC 9112 6.1)
         elif length is not None:

@@ -293,6 +293,10 @@ async def test_header_names_are_lower_cased_and_repeats_joined_as_botocore_joins
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nxy\r\n",
         b"HTTP/1.1 101 Switching Protocols\r\n\r\n",
+        # Transfer codings it cannot undo (and never asked for: no TE header is sent).
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n2\r\n\x1f\x8b\r\n0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\nConnection: close\r\n\r\n\x1f\x8b",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, chunked\r\n\r\n0\r\n\r\n",
         b"HTTP/1.1 200 OK\r\nX: " + b"v" * (65 * 1024) + b"\r\n\r\n",
         b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % (lean_http.MAX_BODY + 1),
         # Latin-1 superscripts are digits to str.isdigit, not to int().
@@ -314,6 +318,9 @@ async def test_header_names_are_lower_cased_and_repeats_joined_as_botocore_joins
         "chunk-size",
         "chunk-end",
         "101",
+        "gzip-chunked",
+        "gzip",
+        "chunked-twice",
         "head-too-large",
         "body-too-large",
         "superscript-status",
