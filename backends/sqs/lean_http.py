@@ -68,6 +68,7 @@ _MAX_HEAD = 64 * 1024
 _LENGTH_DIGITS = len(str(MAX_BODY))
 #: A chunk-size line or a trailer line longer than this is not HTTP/1.1 from SQS.
 _MAX_LINE = 8 * 1024
+_HEX_DIGITS = b"0123456789abcdefABCDEF"
 #: asyncio runs a timer up to its clock resolution early; a timeout is not cut that short.
 _TIMER_SLACK_S = 0.001
 
@@ -276,13 +277,11 @@ class _Connection(asyncio.Protocol):
                 line = self._line(buffer)
                 if line is None:
                     return
-                size_text = line.split(b";", 1)[0].strip()
-                try:
-                    size = int(size_text, 16) if size_text.isalnum() else -1
-                except ValueError:
-                    size = -1
-                if size < 0:
+                size_text = line.split(b";", 1)[0].strip(b" \t")
+                # Hexadecimal digits only: int(text, 16) also reads a 0x prefix.
+                if not size_text or size_text.strip(_HEX_DIGITS):
                     raise ProtocolError("a chunk size that is not hexadecimal")
+                size = int(size_text, 16)
                 if len(self._body) + size > MAX_BODY:
                     raise ProtocolError(f"an answer's body over {MAX_BODY} bytes")
                 self._remaining = size

@@ -292,6 +292,9 @@ async def test_header_names_are_lower_cased_and_repeats_joined_as_botocore_joins
         b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nxy\r\n",
+        # int(size, 16) reads these; a chunk size is hexadecimal digits only.
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0x1\r\nx\r\n0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0X1\r\nx\r\n0\r\n\r\n",
         b"HTTP/1.1 101 Switching Protocols\r\n\r\n",
         # Transfer codings it cannot undo (and never asked for: no TE header is sent).
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n2\r\n\x1f\x8b\r\n0\r\n\r\n",
@@ -317,6 +320,8 @@ async def test_header_names_are_lower_cased_and_repeats_joined_as_botocore_joins
         "negative-length",
         "chunk-size",
         "chunk-end",
+        "chunk-size-0x",
+        "chunk-size-0X",
         "101",
         "gzip-chunked",
         "gzip",
