@@ -14,7 +14,8 @@ uvloop's). Rules it keeps:
 - At most `limit` connections open at once; a call beyond them waits its turn (FIFO).
   An idle connection is reused newest first; one idle for `keepalive_s` or more, or that
   the peer has closed, is closed rather than reused.
-- An answer is a status line `HTTP/1.x`, headers (names lower-cased, a repeated name's
+- An answer is a status line `HTTP/1.x`, headers (names tokens, lower-cased; values and
+  the reason with no control but tabs, lines ended by CRLF only; a repeated name's
   values joined by ", ", as botocore's HTTP layer joins them; decoded as Latin-1, as
   http.client decodes them) and a body by `Content-Length`, the chunked transfer coding
   (any other transfer coding is a `ProtocolError`), or, with neither, everything up to
@@ -42,6 +43,7 @@ uvloop's). Rules it keeps:
 from __future__ import annotations
 
 import asyncio
+import re
 import ssl
 from collections.abc import Callable, Mapping
 from typing import cast
@@ -69,6 +71,15 @@ _LENGTH_DIGITS = len(str(MAX_BODY))
 #: A chunk-size line or a trailer line longer than this is not HTTP/1.1 from SQS.
 _MAX_LINE = 8 * 1024
 _HEX_DIGITS = b"0123456789abcdefABCDEF"
+#: An answer's head (RFC 9112 2.1, 4, 5): a status line (its reason may be empty, or absent
+#: with its space), then fields whose names are tokens; the reason and the values are
+#: tabs, spaces, visible ASCII and obs-text: no CR or LF but the CRLF ending each line, no
+#: other control. One pass checks it all; the head is then split with no more checks.
+#: (Possessive: nothing a repetition takes could end it, so nothing is given back.)
+_HEAD_FORM = re.compile(
+    r"HTTP/1\.[01] [0-9]{3}(?: [\t -~\x80-\xff]*+)?+"
+    r"(?:\r\n[-!#$%&'*+.^_`|~0-9A-Za-z]++:[\t -~\x80-\xff]*+)*+"
+)
 #: asyncio runs a timer up to its clock resolution early; a timeout is not cut that short.
 _TIMER_SLACK_S = 0.001
 
@@ -233,13 +244,13 @@ class _Connection(asyncio.Protocol):
         if self._state == _TO_CLOSE:
             self._body += self._buffer
             self._buffer.clear()
-            self._finish()
+            self._finish(bytes(self._body))
         else:
             self._fail(Closed("the connection closed before the whole answer"))
 
-    def _finish(self) -> None:
+    def _finish(self, body: bytes) -> None:
         waiter, self._waiter = self._waiter, None
-        answer = (self._status, self._headers, bytes(self._body))
+        answer = (self._status, self._headers, body)
         if self._buffer or not self._keep_alive:
             self.reusable = False
         self._state = _HEAD
@@ -260,19 +271,20 @@ class _Connection(asyncio.Protocol):
                     return
                 if end > _MAX_HEAD:
                     raise ProtocolError("an answer's head over 64 KiB")
-                head = bytes(buffer[:end])
+                head = buffer[:end].decode("latin-1")
                 del buffer[: end + 4]
                 self._start(head)
             elif state == _LENGTH:
-                if len(buffer) < self._remaining:
+                length = self._remaining
+                if len(buffer) < length:
                     return
-                if not self._body and len(buffer) == self._remaining:
-                    self._body = buffer[:]  # the common case: the body arrived whole
+                if len(buffer) == length:  # the common case: nothing after the body
+                    body = bytes(buffer)
                     buffer.clear()
                 else:
-                    self._body += buffer[: self._remaining]
-                    del buffer[: self._remaining]
-                self._finish()
+                    body = bytes(buffer[:length])
+                    del buffer[:length]
+                self._finish(body)
             elif state == _CHUNK_SIZE:
                 line = self._line(buffer)
                 if line is None:
@@ -307,7 +319,7 @@ class _Connection(asyncio.Protocol):
                 if line is None:
                     return
                 if not line:
-                    self._finish()
+                    self._finish(bytes(self._body))
             else:  # _TO_CLOSE: the body is what comes until the peer closes
                 if len(self._body) + len(buffer) > MAX_BODY:
                     raise ProtocolError(f"an answer's body over {MAX_BODY} bytes")
@@ -328,22 +340,16 @@ class _Connection(asyncio.Protocol):
         del buffer[: end + 2]
         return line
 
-    def _start(self, head: bytes) -> None:
-        """Read an answer's head; choose how its body is delimited."""
-        lines = head.decode("latin-1").split("\r\n")
-        version, _, rest = lines[0].partition(" ")
-        code = rest[:3]
-        # isdecimal, not isdigit: Latin-1's superscripts are digits that int() refuses.
-        if version not in ("HTTP/1.1", "HTTP/1.0") or len(code) != 3 or not code.isdecimal():
-            raise ProtocolError("an answer that is not HTTP/1.x")
-        if rest[3:4] not in ("", " "):
-            raise ProtocolError("an answer that is not HTTP/1.x")
-        status = int(code)
+    def _start(self, head: str) -> None:
+        """Read an answer's head (decoded as Latin-1); choose how its body is delimited."""
+        if _HEAD_FORM.fullmatch(head) is None:
+            raise ProtocolError("an answer's head that is not HTTP/1.x")
+        lines = head.split("\r\n")
+        version = head[:8]
+        status = int(head[9:12])
         headers: dict[str, str] = {}
         for line in lines[1:]:
-            name, colon, value = line.partition(":")
-            if not colon or not name or name[-1] in " \t" or name[0] in " \t":
-                raise ProtocolError("a header line that is not `name: value`")
+            name, _, value = line.partition(":")
             name = name.lower()
             value = value.strip(" \t")
             seen = headers.get(name)
@@ -363,7 +369,7 @@ class _Connection(asyncio.Protocol):
         coding = headers.get("transfer-encoding")
         length = headers.get("content-length")
         if status in (204, 304):
-            self._finish()
+            self._finish(b"")
         elif coding is not None:
             # Chunked alone: no request asks for another coding (no TE is sent), and a body
             # in one (gzip, chunked) would be handed over still encoded.

@@ -268,14 +268,19 @@ async def test_a_large_body_in_many_reads_is_exact() -> None:
 async def test_header_names_are_lower_cased_and_repeats_joined_as_botocore_joins_them() -> None:
     answer = (
         b"HTTP/1.1 400 Bad Request\r\nX-Amz-Thing: a\r\nx-amz-thing: b\r\n"
-        b"Server: caf\xe9\r\nContent-Length: 0\r\n\r\n"
+        b"Server: caf\xe9\r\nX-Tabs:\ta\tb\t\r\nContent-Length: 0\r\n\r\n"
     )
     async with serving(answering(answer)) as server:
         http = pool(server.url)
         status, headers, body = await post(http)
         await http.aclose()
     assert (status, body) == (400, b"")
-    assert headers == {"x-amz-thing": "a, b", "server": "café", "content-length": "0"}
+    assert headers == {
+        "x-amz-thing": "a, b",
+        "server": "café",
+        "x-tabs": "a\tb",
+        "content-length": "0",
+    }
 
 
 @pytest.mark.parametrize(
@@ -288,6 +293,15 @@ async def test_header_names_are_lower_cased_and_repeats_joined_as_botocore_joins
         b"HTTP/1.1 000 OK\r\nContent-Length: 2\r\n\r\n{}",
         b"HTTP/1.1 200 OK\r\nBad Header\r\n\r\n",
         b"HTTP/1.1 200 OK\r\nName : v\r\n\r\n",
+        # A field name is a token; a line is ended by CRLF only, and has no CR or LF within.
+        b"HTTP/1.1 200 OK\r\nContent\x00Length: 9\r\nContent-Length: 1\r\n\r\nx",
+        b"HTTP/1.1 200 OK\r\nContent-Length\x0b: 9\r\nContent-Length: 1\r\n\r\nx",
+        b"HTTP/1.1 200 OK\r\nX(y): z\r\nContent-Length: 1\r\n\r\nx",
+        b"HTTP/1.1 200 OK\r\nCaf\xe9: z\r\nContent-Length: 1\r\n\r\nx",
+        b"HTTP/1.1 200 OK\r\nX: a\nContent-Length: 9\r\nContent-Length: 1\r\n\r\nx",
+        b"HTTP/1.1 200 OK\r\nX: a\rContent-Length: 9\r\nContent-Length: 1\r\n\r\nx",
+        b"HTTP/1.1 200 OK\nContent-Length: 9\r\nContent-Length: 1\r\n\r\nx",
+        b"HTTP/1.1 200 OK\r\nX: a\x00b\r\nContent-Length: 1\r\n\r\nx",
         b"HTTP/1.1 200 OK\r\nContent-Length: 1, 2\r\n\r\n",
         b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
@@ -316,6 +330,14 @@ async def test_header_names_are_lower_cased_and_repeats_joined_as_botocore_joins
         "status-000",
         "no-colon",
         "space-before-colon",
+        "name-with-nul",
+        "name-with-vt",
+        "name-with-separator",
+        "name-with-obs-text",
+        "bare-lf-in-a-field",
+        "bare-cr-in-a-field",
+        "bare-lf-in-the-status-line",
+        "nul-in-a-value",
         "two-lengths",
         "negative-length",
         "chunk-size",
