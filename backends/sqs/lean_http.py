@@ -20,8 +20,9 @@ uvloop's). Rules it keeps:
   http.client decodes them) and a body by `Content-Length`, the chunked transfer coding
   (any other transfer coding is a `ProtocolError`), or, with neither, everything up to
   the close. Interim 1xx answers are skipped; 204 and 304 have no body. At most 64 KiB
-  of head and `MAX_BODY` of body: more, or anything that is not HTTP/1.x, is a
-  `ProtocolError` and the connection is closed.
+  of head, 64 KiB of interim answers' heads and trailers together, and `MAX_BODY` of
+  body: more, or anything that is not HTTP/1.x, is a `ProtocolError` and the connection
+  is closed.
 - A body read to the close ends at the peer's close (a FIN; over TLS, what the loop
   reports as the end: asyncio's and uvloop's SSL protocols report a close without
   close_notify alike), never at a reset or an error, which cut it.
@@ -142,6 +143,8 @@ class _Connection(asyncio.Protocol):
         self._keep_alive = True
         self._body = bytearray()
         self._remaining = 0
+        #: Bytes of interim answers' heads and of trailers in the answer under way.
+        self._extra_head = 0
 
     # -- asyncio's side --------------------------------------------------------------
 
@@ -256,6 +259,7 @@ class _Connection(asyncio.Protocol):
         self._state = _HEAD
         self._headers = {}
         self._body = bytearray()
+        self._extra_head = 0
         if waiter is not None and not waiter.done():
             waiter.set_result(answer)
 
@@ -318,6 +322,7 @@ class _Connection(asyncio.Protocol):
                 line = self._line(buffer)
                 if line is None:
                     return
+                self._count_extra_head(len(line) + 2)
                 if not line:
                     self._finish(bytes(self._body))
             else:  # _TO_CLOSE: the body is what comes until the peer closes
@@ -340,6 +345,13 @@ class _Connection(asyncio.Protocol):
         del buffer[: end + 2]
         return line
 
+    def _count_extra_head(self, size: int) -> None:
+        """Interim answers and trailers are small, but a peer could send them without end
+        (each within the read timeout): they count toward a head's limit."""
+        self._extra_head += size
+        if self._extra_head > _MAX_HEAD:
+            raise ProtocolError("an answer's interim heads and trailers over 64 KiB")
+
     def _start(self, head: str) -> None:
         """Read an answer's head (decoded as Latin-1); choose how its body is delimited."""
         if _HEAD_FORM.fullmatch(head) is None:
@@ -359,6 +371,7 @@ class _Connection(asyncio.Protocol):
                 raise ProtocolError("an answer that is not HTTP/1.x")
             if status == 101:
                 raise ProtocolError("an answer switching protocols")
+            self._count_extra_head(len(head) + 4)
             return  # an interim answer: the real one follows
         self._status = status
         self._headers = headers

@@ -369,6 +369,36 @@ async def test_what_is_not_http_1_is_a_protocol_error_and_the_connection_goes(
     assert isinstance(error, ConnectionClosedError)
 
 
+@pytest.mark.parametrize(
+    ("start", "line"),
+    [
+        (b"", b"HTTP/1.1 100 Continue\r\n\r\n"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n", b"x-t: v\r\n"),
+    ],
+    ids=["interim-answers", "trailers"],
+)
+async def test_interim_answers_and_trailers_count_toward_the_heads_limit(
+    start: bytes, line: bytes
+) -> None:
+    """Each is small, but a peer sending them without end (each within the read timeout)
+    would hold a call forever: past 64 KiB of them, the answer is a ProtocolError."""
+    endless = start + line * (70 * 1024 // len(line))
+
+    async def flood(r: asyncio.StreamReader, w: asyncio.StreamWriter, server: Server) -> None:
+        await server.request(r)
+        w.write(endless)
+        await w.drain()
+        await server.request(r)  # no more, and no end: waits for the client's close
+
+    async with serving(flood) as server:
+        http = pool(server.url, read_timeout_s=1.0)
+        with pytest.raises(lean_http.ProtocolError):
+            await post(http)
+        await asyncio.wait_for(server.client_closed.wait(), 5)
+        await http.aclose()
+    assert server.connections == 1
+
+
 async def test_a_peer_that_closes_mid_answer_is_closed() -> None:
     async def cut(r: asyncio.StreamReader, w: asyncio.StreamWriter, server: Server) -> None:
         await server.request(r)
