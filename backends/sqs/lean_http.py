@@ -428,6 +428,8 @@ class HttpPool:
             raise ValueError(f"not an http(s) URL: {url!r}")
         if parts.scheme == "https" and ssl_context is None:
             raise ValueError("an https URL needs an SSL context")
+        if limit < 1:
+            raise ValueError(f"a pool's limit is 1 or more, not {limit}")
         self._host = parts.hostname
         self._port = parts.port or (443 if parts.scheme == "https" else 80)
         self._ssl = ssl_context if parts.scheme == "https" else None

@@ -641,3 +641,5 @@ async def test_a_url_it_cannot_serve_is_refused_at_once() -> None:
         pool("ftp://127.0.0.1/")
     with pytest.raises(ValueError, match="SSL context"):
         pool("https://127.0.0.1/")
+    with pytest.raises(ValueError, match="limit"):
+        pool("http://127.0.0.1/", limit=0)  # every call would wait for a slot forever
