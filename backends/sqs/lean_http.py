@@ -442,6 +442,8 @@ class HttpPool:
         self._keepalive_s = keepalive_s
         self._idle: list[_Connection] = []
         self._open: set[_Connection] = set()
+        #: The connects under way (their timeouts' scopes), for `aclose` to cancel.
+        self._connecting: set[anyio.CancelScope] = set()
         self._closed = False
 
     @property
@@ -504,30 +506,42 @@ class HttpPool:
     async def _connect(self) -> _Connection:
         loop = asyncio.get_running_loop()
         make: Callable[[], _Connection] = lambda: _Connection(loop, self._read_timeout_s)  # noqa: E731
+        connection: _Connection | None = None
         try:
-            with anyio.fail_after(self._connect_timeout_s):
-                _, connection = await loop.create_connection(
-                    make,
-                    self._host,
-                    self._port,
-                    ssl=self._ssl,
-                    server_hostname=self._host if self._ssl is not None else None,
-                )
+            with anyio.fail_after(self._connect_timeout_s) as scope:
+                self._connecting.add(scope)
+                try:
+                    _, connection = await loop.create_connection(
+                        make,
+                        self._host,
+                        self._port,
+                        ssl=self._ssl,
+                        server_hostname=self._host if self._ssl is not None else None,
+                    )
+                finally:
+                    self._connecting.discard(scope)
         except TimeoutError as exc:
+            if self._closed:
+                raise Closed("the HTTP pool was closed") from exc
             raise ConnectTimeout(f"no connection within {self._connect_timeout_s:g} s") from exc
         except ssl.SSLError as exc:
             raise TlsFailed(f"TLS handshake failed ({type(exc).__name__})") from exc
         except OSError as exc:
             raise ConnectFailed(f"cannot connect ({type(exc).__name__})") from exc
-        if self._closed:
-            connection.close()
-            raise RefusedRequest("the HTTP pool is closed")
+        # None: `aclose` cancelled the connect (its scope took the cancellation).
+        if connection is None or self._closed:
+            if connection is not None:
+                connection.close()
+            raise Closed("the HTTP pool was closed")
         self._open.add(connection)
         return connection
 
     async def aclose(self) -> None:
-        """Close every connection; a call under way gets `Closed`, a later one is refused."""
+        """Close every connection; a call under way (connecting, or waiting for its
+        answer) gets `Closed`, a later one is refused."""
         self._closed = True
+        for scope in self._connecting:
+            scope.cancel()
         self._idle.clear()
         for connection in list(self._open):
             connection.close_idle()

@@ -556,6 +556,33 @@ async def test_closing_the_pool_ends_a_call_under_way_and_refuses_later_ones() -
     assert http.open_connections == 0
 
 
+async def test_closing_the_pool_ends_a_call_still_connecting(tmp_path: Path) -> None:
+    """A call whose TLS handshake is under way gets Closed when the pool closes, not a
+    connect timeout later; its socket is closed."""
+    cert, _ = _self_signed(tmp_path)
+    accepted = asyncio.Event()
+    ended = asyncio.Event()
+
+    async def mute(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        accepted.set()
+        await r.read()  # the ClientHello, never answered, then the client's close
+        ended.set()
+        w.close()
+
+    listener = await asyncio.start_server(mute, "127.0.0.1", 0)
+    port = listener.sockets[0].getsockname()[1]
+    context = ssl.create_default_context(cafile=str(cert))
+    http = pool(f"https://127.0.0.1:{port}/", ssl_context=context, connect_timeout_s=10.0)
+    call = asyncio.ensure_future(post(http))
+    await accepted.wait()
+    await http.aclose()
+    with pytest.raises(lean_http.Closed):
+        await asyncio.wait_for(call, 2.0)  # not the 10 s of the connect timeout
+    await asyncio.wait_for(ended.wait(), 2.0)
+    listener.close()
+    assert http.open_connections == 0
+
+
 async def test_a_refused_connect_is_connect_failed() -> None:
     async with serving(answering(OK)) as server:
         url = server.url
