@@ -27,7 +27,11 @@ uvloop's). Rules it keeps:
   reports as the end: asyncio's and uvloop's SSL protocols report a close without
   close_notify alike), never at a reset or an error, which cut it.
 - A connection is reused only after a whole answer that allows it (HTTP/1.1 without
-  `Connection: close`, HTTP/1.0 with `keep-alive`) and with no byte after it.
+  `Connection: close`, HTTP/1.0 with `keep-alive`) and with no byte after it, and not
+  once the peer has closed it. A byte or a close the loop has yet to read when the next
+  request goes cannot be told from that request's answer (HTTP/1.1's race, aiohttp's
+  too): a peer closing after each answer without `Connection: close` fails every other
+  call with `Closed` when calls follow each other with no turn of the loop between.
 - Time: the TCP connect and the TLS handshake within `connect_timeout_s`, else
   `ConnectTimeout`; once a request is written, its answer must make progress at least
   every `read_timeout_s` (the time between reads, as aiohttp's `sock_read`), else
