@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import string
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -46,32 +45,16 @@ from botocore.exceptions import ClientError
 from botocore.parsers import ResponseParserError
 from botocore.serialize import create_serializer
 from botocore.session import get_session
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from backends.sqs import lean_wire
 from backends.sqs.lean import LEAN_OPERATIONS, LeanTransport
 from backends.sqs.settings import SqsSettings
+from tests import hypothesis_bounds
 from tests.local_http import serving
 
-settings.register_profile(
-    "lean-differential",
-    max_examples=25,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
-settings.register_profile(
-    "lean-differential-thorough",
-    max_examples=400,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
-_PROFILE = (
-    "lean-differential-thorough"
-    if os.environ.get("LEASE_WORKER_HYPOTHESIS") == "thorough"
-    else "lean-differential"
-)
-bounded = settings.get_profile(_PROFILE)
+bounded = hypothesis_bounds.bounded(25, 400)
 
 SQS = get_session().get_service_model("sqs")
 QUEUE_URL = "http://127.0.0.1:9/000000000000/jobs"

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
-import os
 import socket
 import string
 import struct
@@ -26,30 +25,15 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from backends.sqs import lean_http
+from tests import hypothesis_bounds
 
 pytestmark = pytest.mark.asyncio
 
-settings.register_profile(
-    "lean-http-splits",
-    max_examples=60,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
-settings.register_profile(
-    "lean-http-splits-thorough",
-    max_examples=2000,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
-bounded = settings.get_profile(
-    "lean-http-splits-thorough"
-    if os.environ.get("LEASE_WORKER_HYPOTHESIS") == "thorough"
-    else "lean-http-splits"
-)
+bounded = hypothesis_bounds.bounded(60, 2000)
 
 _TOKEN = string.ascii_letters + string.digits + "!#$%&'*+-.^_`|~"
 #: Field names the generated fields leave to the framing.

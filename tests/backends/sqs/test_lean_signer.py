@@ -15,7 +15,6 @@ second)."""
 from __future__ import annotations
 
 import datetime
-import os
 import string
 from unittest import mock
 
@@ -25,11 +24,12 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import ReadOnlyCredentials
 from botocore.serialize import create_serializer
 from botocore.session import get_session
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from backends.sqs.lean import _request_url
 from backends.sqs.lean_signer import RequestSigner
+from tests import hypothesis_bounds
 
 INSTANT = datetime.datetime(2026, 11, 24, 8, 30, 5)
 KEYS = ReadOnlyCredentials("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", None)
@@ -129,20 +129,7 @@ def test_the_signature_changes_with_what_it_covers() -> None:
 
 # ---------------------------------------------------------------- generated calls
 
-settings.register_profile(
-    "lean-signer", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
-settings.register_profile(
-    "lean-signer-thorough",
-    max_examples=400,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
-bounded = settings.get_profile(
-    "lean-signer-thorough"
-    if os.environ.get("LEASE_WORKER_HYPOTHESIS") == "thorough"
-    else "lean-signer"
-)
+bounded = hypothesis_bounds.bounded(60, 400)
 
 _LOWER = string.ascii_lowercase + string.digits + "-"
 _BASE64 = string.ascii_letters + string.digits + "+/="
