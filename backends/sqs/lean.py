@@ -46,7 +46,7 @@ import ssl
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 import anyio
@@ -87,8 +87,10 @@ LEAN_OPERATIONS = frozenset(
 
 
 def _request_url(endpoint_url: str) -> str:
-    """Where a JSON call is posted: the endpoint's own path, or `/` (as botocore joins it)."""
-    return endpoint_url if urlsplit(endpoint_url).path else endpoint_url + "/"
+    """Where a JSON call is posted: the endpoint's own path, or `/` (as botocore joins it),
+    its query kept after the path."""
+    parts = urlsplit(endpoint_url)
+    return endpoint_url if parts.path else urlunsplit(parts._replace(path="/"))
 
 
 def _user_agent(client: Any) -> str:
@@ -133,13 +135,9 @@ def _session(settings: SqsSettings, context: ssl.SSLContext | None) -> aiohttp.C
 
 
 def _lowered(headers: Mapping[str, str]) -> dict[str, str]:
-    """aiohttp's headers as lean_http gives them: names lower-cased, repeats joined."""
-    found: dict[str, str] = {}
-    for name, value in headers.items():
-        name = name.lower()
-        seen = found.get(name)
-        found[name] = value if seen is None else f"{seen}, {value}"
-    return found
+    """aiohttp's headers as lean_http gives them, and as aiobotocore reads them: names
+    lower-cased, a repeated name's last value."""
+    return {name.lower(): value for name, value in headers.items()}
 
 
 def transport_error(exc: Exception, url: str, proxy: str | None = None) -> Exception:

@@ -15,8 +15,9 @@ uvloop's). Rules it keeps:
   An idle connection is reused newest first; one idle for `keepalive_s` or more, or that
   the peer has closed, is closed rather than reused.
 - An answer is a status line `HTTP/1.x`, headers (names tokens, lower-cased; values and
-  the reason with no control but tabs, lines ended by CRLF only; a repeated name's
-  values joined by ", ", as botocore's HTTP layer joins them; decoded as Latin-1, as
+  the reason with no control but tabs, lines ended by CRLF only; a repeated name's last
+  value given, as aiobotocore's headers give it, though the framing sees every value, so
+  two different lengths are refused, not picked; decoded as Latin-1, as
   http.client decodes them) and a body by `Content-Length`, the chunked transfer coding
   (any other transfer coding is a `ProtocolError`), or, with neither, everything up to
   the close. Interim 1xx answers are skipped; 204 and 304 have no body. At most 64 KiB
@@ -364,12 +365,20 @@ class _Connection(asyncio.Protocol):
         version = head[:8]
         status = int(head[9:12])
         headers: dict[str, str] = {}
+        #: A repeated name's last value, as aiobotocore's headers read it (None: no repeat).
+        last: dict[str, str] | None = None
         for line in lines[1:]:
             name, _, value = line.partition(":")
             name = name.lower()
             value = value.strip(" \t")
             seen = headers.get(name)
-            headers[name] = value if seen is None else f"{seen}, {value}"
+            if seen is None:
+                headers[name] = value
+            else:  # joined for the framing below (two lengths are refused, not picked)
+                headers[name] = f"{seen}, {value}"
+                if last is None:
+                    last = {}
+                last[name] = value
         if status < 200:
             if status < 100:  # a status code is 100 to 999 (RFC 9110 15)
                 raise ProtocolError("an answer that is not HTTP/1.x")
@@ -378,7 +387,7 @@ class _Connection(asyncio.Protocol):
             self._count_extra_head(len(head) + 4)
             return  # an interim answer: the real one follows
         self._status = status
-        self._headers = headers
+        self._headers = headers if last is None else {**headers, **last}
         tokens = {t.strip().lower() for t in headers.get("connection", "").split(",")}
         self._keep_alive = (
             "close" not in tokens if version == "HTTP/1.1" else "keep-alive" in tokens
@@ -520,7 +529,9 @@ class HttpPool:
                         self._host,
                         self._port,
                         ssl=self._ssl,
-                        server_hostname=self._host if self._ssl is not None else None,
+                        # A fully qualified name's final dot is no part of the name a
+                        # certificate holds (aiohttp strips it too); Host keeps it, as signed.
+                        server_hostname=self._host.rstrip(".") if self._ssl is not None else None,
                     )
                 finally:
                     self._connecting.discard(scope)

@@ -138,15 +138,6 @@ def _certificate_for(name: str, directory: Path) -> tuple[Path, Path]:
     return cert, key_file
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "lean_http.HttpPool._connect passes the endpoint's host as server_hostname with its "
-        "trailing dot: OpenSSL's hostname check refuses 'sqs.test.' for a certificate of "
-        "'sqs.test' (TlsFailed -> botocore SSLError -> FatalBackendError); aiohttp, the "
-        "transport this replaced and aiobotocore's own, strips the dot"
-    ),
-)
 async def test_an_https_endpoint_named_with_a_trailing_dot_is_verified_as_aiohttp_does(
     tmp_path: Path,
 ) -> None:
@@ -184,15 +175,6 @@ async def test_an_https_endpoint_named_with_a_trailing_dot_is_verified_as_aiohtt
 # --------------------------------------------------------------- a repeated header
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "lean_http._Connection._start (and lean._lowered on the aiohttp path) join a "
-        "repeated answer header as 'a, b'; aiobotocore keeps the last value, so the lean "
-        "RequestId/HTTPHeaders differ (and a repeated Date loses the retry ttl, a repeated "
-        "x-amzn-query-error its code)"
-    ),
-)
 async def test_a_repeated_answer_header_reads_as_aiobotocore_reads_it() -> None:
     async def twice(request: web.Request) -> web.Response:
         headers = CIMultiDict([("x-amzn-RequestId", "first"), ("x-amzn-RequestId", "second")])
@@ -208,14 +190,6 @@ async def test_a_repeated_answer_header_reads_as_aiobotocore_reads_it() -> None:
 # ------------------------------------------------------- an endpoint with a query only
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "lean._request_url appends '/' to a URL with no path even when it has a query: "
-        "'http://h:p?x=1' becomes 'http://h:p?x=1/', so the lean path posts to '/?x=1/' "
-        "where botocore (its _urljoin) posts to '/?x=1'"
-    ),
-)
 async def test_an_endpoint_with_a_query_and_no_path_is_posted_to_as_botocore_posts() -> None:
     targets: list[str] = []
 
