@@ -7,8 +7,6 @@ what the server saw (connections, requests) as well as what the client got."""
 from __future__ import annotations
 
 import asyncio
-import datetime
-import ipaddress
 import socket
 import ssl
 import struct
@@ -30,6 +28,7 @@ from botocore.exceptions import (
 from backends.sqs import lean_http
 from backends.sqs.lean import transport_error
 from backends.sqs.lean_http import HttpPool
+from tests.certificates import self_signed
 
 pytestmark = pytest.mark.asyncio
 
@@ -587,7 +586,7 @@ async def test_closing_the_pool_ends_a_call_under_way_and_refuses_later_ones() -
 async def test_closing_the_pool_ends_a_call_still_connecting(tmp_path: Path) -> None:
     """A call whose TLS handshake is under way gets Closed when the pool closes, not a
     connect timeout later; its socket is closed."""
-    cert, _ = _self_signed(tmp_path)
+    cert, _ = self_signed(tmp_path)
     accepted = asyncio.Event()
     ended = asyncio.Event()
 
@@ -638,45 +637,8 @@ async def test_a_connect_that_hangs_is_given_up_at_the_connect_timeout() -> None
     assert isinstance(transport_error(lean_http.ConnectTimeout("x"), url), ConnectTimeoutError)
 
 
-def _self_signed(directory: Path) -> tuple[Path, Path]:
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.UTC)
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(hours=1))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    cert = directory / "cert.pem"
-    cert.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-    key_file = directory / "key.pem"
-    key_file.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert, key_file
-
-
 async def test_tls_verifies_the_server_against_the_context(tmp_path: Path) -> None:
-    cert, key = _self_signed(tmp_path)
+    cert, key = self_signed(tmp_path)
     serving_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     serving_tls.load_cert_chain(cert, key)
     async with serving(answering(OK), tls=serving_tls) as server:

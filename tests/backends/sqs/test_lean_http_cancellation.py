@@ -15,12 +15,12 @@ import pytest
 from tests.backends.sqs.test_lean_http import (
     OK,
     Server,
-    _self_signed,
     answering,
     pool,
     post,
     serving,
 )
+from tests.certificates import self_signed
 
 pytestmark = pytest.mark.asyncio
 
@@ -61,7 +61,7 @@ async def test_a_call_cancelled_while_connecting_closes_its_socket(tmp_path: Pat
     """The first connection is accepted by hand and its TLS handshake never answered; the
     call is cancelled during it. Then a TLS server takes the listener over: the next call
     connects and is answered."""
-    cert, key = _self_signed(tmp_path)
+    cert, key = self_signed(tmp_path)
     serving_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     serving_tls.load_cert_chain(cert, key)
     loop = asyncio.get_running_loop()

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from backends.sqs import lean_http
-from tests.backends.sqs.test_lean_http import Server, _self_signed, pool, post, serving
+from tests.backends.sqs.test_lean_http import Server, pool, post, serving
+from tests.certificates import self_signed
 
 pytestmark = pytest.mark.asyncio
 
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.asyncio
 @pytest.fixture
 def contexts(tmp_path: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
     """The server's context and a client's that trusts it."""
-    cert, key = _self_signed(tmp_path)
+    cert, key = self_signed(tmp_path)
     serving_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     serving_tls.load_cert_chain(cert, key)
     return serving_tls, ssl.create_default_context(cafile=str(cert))

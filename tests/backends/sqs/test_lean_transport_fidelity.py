@@ -13,7 +13,6 @@ loopback server: both clients resolve through it.
 
 from __future__ import annotations
 
-import datetime
 import socket
 import ssl
 from collections.abc import AsyncIterator
@@ -31,6 +30,7 @@ from backends.sqs import SqsSettings
 from backends.sqs.lean import LeanTransport
 from tests.backends.sqs.test_lean_http import Server, answering
 from tests.backends.sqs.test_lean_http import serving as scripted
+from tests.certificates import self_signed
 from tests.local_http import serving
 
 pytestmark = pytest.mark.asyncio
@@ -105,43 +105,10 @@ async def test_a_retry_after_a_5xx_carries_the_ttl_of_its_date_as_botocores_does
 # ------------------------------------------------------- a fully qualified HTTPS name
 
 
-def _certificate_for(name: str, directory: Path) -> tuple[Path, Path]:
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-    now = datetime.datetime.now(datetime.UTC)
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(hours=1))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    cert, key_file = directory / "cert.pem", directory / "key.pem"
-    cert.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert, key_file
-
-
 async def test_an_https_endpoint_named_with_a_trailing_dot_is_verified_as_aiohttp_does(
     tmp_path: Path,
 ) -> None:
-    cert, key = _certificate_for("sqs.test", tmp_path)
+    cert, key = self_signed(tmp_path, "sqs.test")
     serving_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     serving_tls.load_cert_chain(cert, key)
     answer = (
