@@ -78,7 +78,7 @@ async def test_a_stalled_answer_times_out_and_its_connection_is_closed(
         started = loop.time()
         with pytest.raises(lean_http.ReadTimeout):
             await post(http)
-        assert 0.3 <= loop.time() - started < 3.0
+        assert 0.295 <= loop.time() - started < 3.0  # the timer's 1 ms slack; uvloop's ms clock
         await asyncio.wait_for(server.client_closed.wait(), 5)
         assert http.open_connections == 0
         await http.aclose()
