@@ -294,7 +294,7 @@ class LeanTransport:
             retries["attempt"] = attempt
 
     def _answer(
-        self, operation: str, status: int, headers: Mapping[str, str], raw: bytes, attempt: int
+        self, operation: str, status: int, headers: dict[str, str], raw: bytes, attempt: int
     ) -> dict[str, Any]:
         try:
             parsed = lean_wire.answer(operation, raw)
@@ -315,7 +315,7 @@ class LeanTransport:
         self,
         operation: str,
         status: int,
-        headers: Mapping[str, str],
+        headers: dict[str, str],
         raw: bytes,
         parsed: dict[str, Any],
     ) -> ClientError:
@@ -347,7 +347,7 @@ class LeanTransport:
 
     async def _attempt(
         self, operation: str, body: bytes, retries: Mapping[str, Any]
-    ) -> tuple[int, Mapping[str, str], bytes]:
+    ) -> tuple[int, dict[str, str], bytes]:
         headers = await self._signed_headers(operation, body)
         headers["amz-sdk-invocation-id"] = retries["invocation-id"]
         headers["amz-sdk-request"] = "; ".join(

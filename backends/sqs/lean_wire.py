@@ -13,7 +13,9 @@ both into `worker.types` and `backends.sqs.errors` maps both failures. Rules thi
   and it fails on JSON that is not an object with an AttributeError from inside its parser).
 - Every answer, error or not, carries botocore's `ResponseMetadata`: `RequestId` (from
   `x-amzn-requestid`, when there is one), `HTTPStatusCode`, `HTTPHeaders` (names
-  lower-cased); `RetryAttempts` is the caller's (`backends.sqs.lean`).
+  lower-cased: the headers are taken as the lean path's transports hand them over, already
+  lower-cased and fresh for each answer, so they are neither lower-cased nor copied again);
+  `RetryAttempts` is the caller's (`backends.sqs.lean`).
 - An answer from 301 on is an error shaped as botocore's JSON parser shapes it: `Error.Code` from
   `__type` (the part after `#`), or the HTTP status when there is none; `Error.Message` from
   `message` or `Message`; SQS's query-compatible code from the `x-amzn-query-error` header
@@ -85,15 +87,15 @@ def _decode_blobs(messages: list[dict[str, Any]]) -> None:
                 ]
 
 
-def metadata(status: int, headers: Mapping[str, str]) -> dict[str, Any]:
-    """botocore's `ResponseMetadata` for an answer (without `RetryAttempts`)."""
-    lowered = {key.lower(): value for key, value in headers.items()}
+def metadata(status: int, headers: dict[str, str]) -> dict[str, Any]:
+    """botocore's `ResponseMetadata` for an answer (without `RetryAttempts`); `headers`
+    with lower-cased names, kept as its `HTTPHeaders`."""
     found: dict[str, Any] = {}
-    request_id = lowered.get("x-amzn-requestid")
+    request_id = headers.get("x-amzn-requestid")
     if request_id is not None:
         found["RequestId"] = request_id
     found["HTTPStatusCode"] = status
-    found["HTTPHeaders"] = lowered
+    found["HTTPHeaders"] = headers
     return found
 
 
@@ -135,16 +137,16 @@ def _service_error(headers: Mapping[str, str], status: int, body: bytes) -> dict
     return error
 
 
-def error_answer(status: int, headers: Mapping[str, str], body: bytes) -> dict[str, Any]:
-    """A non-2xx answer as botocore's JSON parser shapes it (what `ClientError` carries)."""
-    lowered = {key.lower(): value for key, value in headers.items()}
+def error_answer(status: int, headers: dict[str, str], body: bytes) -> dict[str, Any]:
+    """A non-2xx answer as botocore's JSON parser shapes it (what `ClientError` carries);
+    `headers` with lower-cased names."""
     stripped = body.strip()
-    found = metadata(status, lowered)
+    found = metadata(status, headers)
     if status >= 500 and (not stripped or stripped.startswith(b"<html>")):
         # A load balancer's or a proxy's own page: botocore reads only the status (and
         # takes no request id from the headers).
         error = {"Code": str(status), "Message": http.client.responses.get(status, "")}
         found.pop("RequestId", None)
     else:
-        error = _service_error(lowered, status, body)
+        error = _service_error(headers, status, body)
     return {"Error": error, "ResponseMetadata": found}
