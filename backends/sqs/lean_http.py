@@ -202,7 +202,6 @@ class _Connection(asyncio.Protocol):
 
     def close(self) -> None:
         """Close now, dropping whatever is unread (a waiting call gets `Closed`)."""
-        self.reusable = False
         self._cancel_timer()
         if self.transport is not None:
             self.transport.abort()
@@ -223,8 +222,7 @@ class _Connection(asyncio.Protocol):
             return  # idle: disarmed until the next request
         due = self._last_read + self._read_timeout_s
         if self._loop.time() + _TIMER_SLACK_S >= due:
-            self._fail(ReadTimeout(f"no answer for {self._read_timeout_s:g} s"))
-            self.close()
+            self._fail(ReadTimeout(f"no answer for {self._read_timeout_s:g} s"))  # aborts
         else:
             self._timer = self._loop.call_at(due, self._on_timer)
 
