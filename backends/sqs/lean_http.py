@@ -446,7 +446,6 @@ class HttpPool:
         self._ssl = ssl_context if parts.scheme == "https" else None
         path = parts.path or "/"
         self._target = path + (f"?{parts.query}" if parts.query else "")
-        self._limit = limit
         self._slots = asyncio.Semaphore(limit)
         self._connect_timeout_s = connect_timeout_s
         self._read_timeout_s = read_timeout_s
@@ -489,8 +488,7 @@ class HttpPool:
                 connection.idle_since = asyncio.get_running_loop().time()
                 self._idle.append(connection)
             else:
-                connection.close_idle()
-                self._open.discard(connection)
+                self._drop(connection)
             return answer
 
     def _reuse(self) -> _Connection | None:
