@@ -167,18 +167,15 @@ class RequestSigner:
         token = credentials.token
         if token:
             headers["X-Amz-Security-Token"] = token
-            canonical = (
-                f"{self._canonical_head}{timestamp}\nx-amz-security-token:{_trimmed(token)}"
-                f"\nx-amz-target:{_trimmed(target)}{self._signed_tail_token}"
-                f"{sha256(body).hexdigest()}"
-            )
-            signed_names = self._signed_names_token
+            token_line = f"\nx-amz-security-token:{_trimmed(token)}"
+            tail, signed_names = self._signed_tail_token, self._signed_names_token
         else:
-            canonical = (
-                f"{self._canonical_head}{timestamp}\nx-amz-target:{_trimmed(target)}"
-                f"{self._signed_tail}{sha256(body).hexdigest()}"
-            )
-            signed_names = self._signed_names
+            token_line = ""
+            tail, signed_names = self._signed_tail, self._signed_names
+        canonical = (
+            f"{self._canonical_head}{timestamp}{token_line}\nx-amz-target:{_trimmed(target)}"
+            f"{tail}{sha256(body).hexdigest()}"
+        )
         try:
             canonical_bytes = canonical.encode()
         except UnicodeEncodeError:
