@@ -25,7 +25,7 @@ import pytest
 from anyio.abc import SocketStream
 from structlog.testing import capture_logs
 
-from worker import Message, ShutdownConfig, Worker, WorkerConfig
+from tests.ops.test_listener import quick_app
 from worker.errors import ConfigError
 from worker.ops import OpsLimits, OpsListener
 from worker.ops.limits import connection_cap, json_depth, loads_bounded
@@ -34,16 +34,6 @@ from worker.testing import run_worker
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "limits-token"
-
-
-def quick_app() -> Worker:
-    app = Worker(WorkerConfig(wait_s=1, shutdown=ShutdownConfig(grace_s=5, flush_timeout_s=2)))
-
-    @app.handler("jobs")
-    async def handle(message: Message) -> None:
-        pass
-
-    return app
 
 
 @asynccontextmanager
