@@ -100,10 +100,9 @@ def test_state_survives_a_stop_and_a_crash(tmp_path: Path, servers: list[Serving
     assert not list(tmp_path.glob(".*.tmp"))  # atomic writes leave no temporary behind
 
 
-def test_a_snapshot_that_does_not_read_stops_the_start(tmp_path: Path) -> None:
-    state = tmp_path / "state.json"
-    state.write_text('{"format": "lease-worker-engine/1", "queues": [{}]}')
-    done = subprocess.run(
+def _start_refused(state: Path) -> subprocess.CompletedProcess[str]:
+    """`serve-sqs --persist state` run to its end: for starts that must be refused."""
+    return subprocess.run(
         [sys.executable, "-m", "worker", "serve-sqs", "--port", "0", "--persist", str(state)],
         cwd=ROOT,
         capture_output=True,
@@ -111,6 +110,12 @@ def test_a_snapshot_that_does_not_read_stops_the_start(tmp_path: Path) -> None:
         timeout=WAIT_S,
         check=False,
     )
+
+
+def test_a_snapshot_that_does_not_read_stops_the_start(tmp_path: Path) -> None:
+    state = tmp_path / "state.json"
+    state.write_text('{"format": "lease-worker-engine/1", "queues": [{}]}')
+    done = _start_refused(state)
     assert done.returncode == 2
     [line] = done.stderr.strip().splitlines()
     assert line.startswith("lease-worker: error: ") and str(state) in line
@@ -202,14 +207,7 @@ def test_a_second_server_on_the_same_path_refuses_to_start(
     sqs = servers[-1].started()
     url = sqs.get_queue_url(QueueName="jobs")["QueueUrl"]
     sent = sqs.send_message(QueueUrl=url, MessageBody="first's")["MessageId"]
-    second = subprocess.run(
-        [sys.executable, "-m", "worker", "serve-sqs", "--port", "0", "--persist", str(state)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=WAIT_S,
-        check=False,
-    )
+    second = _start_refused(state)
     assert second.returncode == 1
     pid = servers[0].proc.pid
     assert second.stderr.strip().splitlines() == [
@@ -224,14 +222,7 @@ def test_a_second_server_on_the_same_path_refuses_to_start(
 def test_a_persist_file_that_cannot_be_written_says_so(tmp_path: Path) -> None:
     # It said "cannot serve on 127.0.0.1:0", as if the port were the problem.
     state = tmp_path / "missing" / "state.json"
-    done = subprocess.run(
-        [sys.executable, "-m", "worker", "serve-sqs", "--port", "0", "--persist", str(state)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=WAIT_S,
-        check=False,
-    )
+    done = _start_refused(state)
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [
         f"lease-worker: error: --persist {state}: No such file or directory: {state}.lock"
