@@ -8,7 +8,6 @@ judged on the fastest rounds (the least disturbed by anything else on the machin
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,12 +29,6 @@ def _row(figure: str, value: str, goal: str, ok: bool | None) -> str:
     return f"| {figure} | {value} | {goal} | {'—' if ok is None else _met(ok)} |"
 
 
-def _div(a: float, b: float) -> float:
-    """a / b, NaN when b is not positive (a CPU time too small to read at smoke sizes): the
-    table then says nan and the goal is not met, rather than the report failing."""
-    return a / b if b > 0 else math.nan
-
-
 def _default_rows(rows: list[Row]) -> list[str]:
     """The default configuration against the fastest peer and the floor."""
     said = defaults().says()
@@ -50,9 +43,10 @@ def _default_rows(rows: list[Row]) -> list[str]:
         lines.append(_row("The default against the fastest peer", "no peer measured", "", None))
     else:
         name = peer.contender.name
-        rate, rate_median = _div(ours.rate, peer.rate), _div(ours.median_rate, peer.median_rate)
-        cpu = _div(peer.cpu_per_message, ours.cpu_per_message)
-        cpu_median = _div(peer.median_cpu_per_message, ours.median_cpu_per_message)
+        rate = side_by_side.ratio(ours.rate, peer.rate)
+        rate_median = side_by_side.ratio(ours.median_rate, peer.median_rate)
+        cpu = side_by_side.ratio(peer.cpu_per_message, ours.cpu_per_message)
+        cpu_median = side_by_side.ratio(peer.median_cpu_per_message, ours.median_cpu_per_message)
         lines += [
             _row(
                 f"The default ({said}): msgs/s ÷ the fastest peer's ({name})",
@@ -72,8 +66,8 @@ def _default_rows(rows: list[Row]) -> list[str]:
             _row("The default's client CPU per message ÷ the floor's", "no floor", "", None)
         )
     else:
-        over = _div(ours.cpu_per_message, floor.cpu_per_message)
-        over_median = _div(ours.median_cpu_per_message, floor.median_cpu_per_message)
+        over = side_by_side.ratio(ours.cpu_per_message, floor.cpu_per_message)
+        over_median = side_by_side.ratio(ours.median_cpu_per_message, floor.median_cpu_per_message)
         lines.append(
             _row(
                 f"The default's client CPU per message ÷ the floor's ({floor.contender.name}: "
