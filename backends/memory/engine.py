@@ -111,6 +111,7 @@ class MemoryEngine(ReportedMoves):
         max_in_flight: int = SQS_IN_FLIGHT_LIMIT,
         handle_rules: HandleRules = HandleRules.STRICT,
         changes: Changes | None = None,
+        epoch: str | None = None,
     ) -> None:
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
@@ -119,7 +120,8 @@ class MemoryEngine(ReportedMoves):
         self.handle_rules = HandleRules(handle_rules)
         # Ids need only be unique and opaque: a random prefix and a counter are both, and
         # much cheaper than a uuid4 each at 100,000 messages.
-        self._id_prefix = secrets.token_hex(6)
+        # `epoch` (12 hex digits) fixes it, for a run that must repeat exactly (a simulation).
+        self._id_prefix = secrets.token_hex(6) if epoch is None else _checked_epoch(epoch)
         self._ids = itertools.count(1)
         self.epochs: set[str] = {self._id_prefix}
         self.changes = changes
@@ -434,3 +436,9 @@ class MemoryEngine(ReportedMoves):
             if self.changes is not None:
                 self.changes.message(target.config.name, moved.message_id, new=True)
         self._notify(target.config.name)
+
+
+def _checked_epoch(epoch: str) -> str:
+    if len(epoch) != 12 or any(c not in "0123456789abcdef" for c in epoch):
+        raise ValueError(f"epoch must be 12 lower-case hex digits, got {epoch!r}")
+    return epoch

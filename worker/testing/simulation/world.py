@@ -1,0 +1,290 @@
+"""`simulate(schedule)`: the real runtime of a fleet of workers, on one virtual clock, against
+the in-memory engine, every call through the simulated network; returns what the checks
+found.
+
+What runs is what users run: each worker process is a `Supervisor` (receivers, lease
+keeper, settler, dispatcher, handlers, flow control's slots, shutdown) around an app
+registered with `@app.handler`, its backend the `SimBackend` of its slot. Around them:
+- the messages are sent straight to the engine at their drawn times;
+- each handler run sleeps its drawn time, may block its loop, calls
+  `message.lease.ensure_held()` right before its side effect (as the docs tell users to),
+  makes it, and raises if drawn to fail;
+- stalls, SIGTERMs (`request_shutdown()`, what the CLI's signal handler calls) and SIGKILLs
+  (a stall with no end) hit a slot's current process at their drawn times; a process that
+  ended is restarted in its slot `restart_s` later;
+- at `duration_s` every process is told to stop; a killed process's tasks are unwound at
+  the very end, its network cut first, so that nothing it does after its death reaches the
+  service or the history.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from backends.memory import MemoryBackend
+from backends.memory.dialects import SMQ_DIALECT, SQS_DIALECT
+from backends.memory.engine import MemoryEngine
+from worker.app import Worker
+from worker.clock import LoopClock
+from worker.config import LeaseConfig, ShutdownConfig, WorkerConfig
+from worker.message import Message
+from worker.runtime.supervisor import Supervisor
+from worker.testing.simulation.history import History, Run, Violation
+from worker.testing.simulation.loop import PROCESS, START, SimLoop
+from worker.testing.simulation.network import Network
+from worker.testing.simulation.schedule import Schedule
+from worker.types import OutgoingMessage, QueueSpec, RedrivePolicy
+
+__all__ = ["Result", "simulate"]
+
+QUEUE = "jobs"
+DEAD_LETTERS = "jobs-dlq"
+#: How long after the stop a process may take to end before it counts as hung: its grace,
+#: a long poll, the flush, and room for calls that time out.
+_SHUTDOWN_SLACK_S = 120.0
+
+
+class SimulatedFailure(Exception):
+    """What a handler drawn to fail raises."""
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    schedule: Schedule
+    violations: tuple[Violation, ...]
+    #: A fingerprint of the history (the same schedule gives the same one).
+    digest: str
+    runs: int
+    events: tuple[str, ...]
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.violations)
+
+
+def simulate(schedule: Schedule) -> Result:
+    """Run `schedule` on a fresh loop of its own and check its history."""
+    loop = SimLoop()
+    world = _World(loop, schedule)
+    loop.set_exception_handler(world.on_error)
+    try:
+        with structlog.testing.capture_logs():
+            loop.run_until_complete(world.run())
+    finally:
+        loop.close()
+    if world.errors:
+        raise RuntimeError(f"the simulation itself failed: {world.errors[0]}")
+    history = world.history
+    return Result(
+        schedule,
+        tuple(history.violations),
+        history.digest(),
+        len(history.runs),
+        tuple(history.events),
+    )
+
+
+class _World:
+    def __init__(self, loop: SimLoop, schedule: Schedule) -> None:
+        self.loop = loop
+        self.schedule = schedule
+        dialect = SMQ_DIALECT if schedule.dialect == "smq" else SQS_DIALECT
+        self.engine = MemoryEngine(LoopClock(), dialect=dialect, epoch=f"{schedule.seed:012x}"[-12:])
+        self.service = MemoryBackend(self.engine)
+        self.history = History(self.engine, QUEUE, DEAD_LETTERS, [""] * len(schedule.sends))
+        self.network = Network(self.service, schedule, self.history)
+        #: The process each slot runs now, its task and its supervisor.
+        self.current: dict[int, str] = {}
+        self.tasks: dict[str, asyncio.Task[None]] = {}
+        self.supervisors: dict[str, Supervisor] = {}
+        self.contexts: dict[str, contextvars.Context] = {}
+        self.stopping = False
+        #: Processes told to stop before their supervisor existed.
+        self._terms: set[str] = set()
+        self._runs: dict[int, int] = {}
+        #: Errors no task waited for: a defect of the simulation, unless a killed process's
+        #: tasks left them while being unwound.
+        self.errors: list[str] = []
+        self._unwinding = False
+
+    def on_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        if not self._unwinding:
+            self.errors.append(f"{context.get('message')}: {context.get('exception')!r}")
+
+    async def run(self) -> None:
+        await self._create_queues()
+        sender = self.loop.create_task(self._send_all())
+        for stall in self.schedule.stalls:
+            self.loop.call_at(START + stall.at_s, self._stall, stall.slot, stall.length_s)
+        for signal in self.schedule.signals:
+            self.loop.call_at(START + signal.at_s, self._signal, signal.slot, signal.kind)
+        slots = [
+            self.loop.create_task(self._keep(slot), context=contextvars.Context())
+            for slot in range(self.schedule.slots)
+        ]
+        await asyncio.sleep(self.schedule.duration_s)
+        self.stopping = True
+        for slot in range(self.schedule.slots):
+            self._signal(slot, "term")
+        await asyncio.gather(sender, *slots)
+        await self._unwind_killed()
+        self.history.check()
+
+    async def _create_queues(self) -> None:
+        visibility = self.schedule.visibility_s
+        await self.service.create_queue(QueueSpec(DEAD_LETTERS))
+        redrive = RedrivePolicy(DEAD_LETTERS, self.schedule.max_receive_count)
+        await self.service.create_queue(
+            QueueSpec(QUEUE, visibility_timeout_s=visibility, redrive=redrive)
+        )
+
+    async def _send_all(self) -> None:
+        """Send each message at its time, in the schedule's order (the index is its name)."""
+        for index, at in sorted(enumerate(self.schedule.sends), key=lambda sent: sent[1]):
+            await asyncio.sleep(START + at - self.loop.time())
+            body = json.dumps({"m": index})
+            result = self.engine.send(QUEUE, [OutgoingMessage(body=body)])
+            self.history.sent(index, result.message_ids[result.succeeded[0]])
+
+    # -- processes ------------------------------------------------------------------------
+
+    async def _keep(self, slot: int) -> None:
+        """Run a process in `slot`, and another after it ends, until the fleet stops."""
+        generation = 0
+        while not self.stopping:
+            name = f"w{slot}.{generation}"
+            context = contextvars.Context()
+            context.run(PROCESS.set, name)
+            self.contexts[name] = context
+            self.current[slot] = name
+            task = self.loop.create_task(self._process(slot, name), context=context)
+            self.tasks[name] = task
+            await self._wait_end(name, task)
+            generation += 1
+            if not self.stopping:
+                await asyncio.sleep(self.schedule.restart_s)
+
+    async def _wait_end(self, name: str, task: asyncio.Task[None]) -> None:
+        waiter = self.loop.create_future()
+        task.add_done_callback(lambda _: waiter.done() or waiter.set_result(None))
+        while not waiter.done():
+            if name in self.history.killed:
+                return
+            if self.stopping and self._overdue(name):
+                self.history.hung(name)
+                return
+            await asyncio.wait([waiter], timeout=1.0)
+
+    def _overdue(self, name: str) -> bool:
+        stopped_at = START + self.schedule.duration_s
+        return self.loop.time() > stopped_at + self.schedule.grace_s + _SHUTDOWN_SLACK_S
+
+    async def _process(self, slot: int, name: str) -> None:
+        schedule = self.schedule
+        config = WorkerConfig(
+            max_in_flight=schedule.max_in_flight,
+            wait_s=schedule.wait_s,
+            receive_concurrency=schedule.receive_concurrency,
+            lease=LeaseConfig(visibility_s=schedule.visibility_s),
+            shutdown=ShutdownConfig(grace_s=schedule.grace_s),
+        )
+        app = Worker(config, name=name)
+        app.handler(QUEUE, on_error=schedule.on_error)(self._handler())
+        supervisor = Supervisor(app, self.network.backend(slot, name))
+        self.supervisors[name] = supervisor
+        if name in self._terms:
+            supervisor.request_shutdown()
+        await supervisor.prepare()
+        await supervisor.run()
+
+    def _handler(self) -> Callable[[Message], Any]:
+        async def handle(message: Message) -> None:
+            process = PROCESS.get()
+            assert process is not None
+            run = self.history.started(process, message.message_id, message.lease.receipt_handle)
+            index = message.body["m"]
+            count = self._runs[index] = self._runs.get(index, 0) + 1
+            plan = self.schedule.attempt(index, count - 1)
+            outcome = "cancelled"
+            try:
+                await asyncio.sleep(plan.duration_s)
+                if plan.blocks_s:
+                    await self.loop.block(plan.blocks_s)
+                message.lease.ensure_held()
+                if run is not None:
+                    self.history.acted(run, message.lease.receipt_handle)
+                if plan.fails:
+                    outcome = "raised"
+                    raise SimulatedFailure(f"run {count} of m{index} fails")
+                outcome = "ok"
+            except SimulatedFailure:
+                raise
+            except Exception:
+                outcome = "raised"
+                raise
+            finally:
+                self._end(run, outcome)
+
+        return handle
+
+    def _end(self, run: Run | None, outcome: str) -> None:
+        if run is not None:
+            self.history.ended(run, outcome)
+
+    # -- what happens to processes ----------------------------------------------------------
+
+    def _stall(self, slot: int, length_s: float) -> None:
+        name = self.current.get(slot)
+        if name is None or name in self.history.killed:
+            return
+        now = self.loop.time()
+        self.loop.stall(name, now, now + length_s)
+        self.history.disturbed(name, now, now + length_s)
+
+    def _signal(self, slot: int, kind: str) -> None:
+        name = self.current.get(slot)
+        if name is None or name in self.history.killed or self.tasks[name].done():
+            return
+        if kind == "kill":
+            self.loop.stall(name, self.loop.time())
+            self.history.kill(name)
+            return
+        self.history.disturbed(name, self.loop.time())
+        supervisor = self.supervisors.get(name)
+        if supervisor is None:
+            self._terms.add(name)  # not started yet: told when it starts
+            return
+        # In a task of the process: it waits for a stall to end, as a signal handler would.
+        self.loop.create_task(_request_shutdown(supervisor), context=self.contexts[name])
+
+    async def _unwind_killed(self) -> None:
+        """Cut a killed process's network, then let its tasks end: nothing they do now
+        reaches the service or the history."""
+        self._unwinding = True
+        for name in sorted(self.history.killed):
+            self.network.dead.add(name)
+            task = self.tasks[name]
+            task.cancel()
+            self.loop.revive(name)
+            with _swallow():
+                await asyncio.wait([task], timeout=_SHUTDOWN_SLACK_S)
+
+
+async def _request_shutdown(supervisor: Supervisor) -> None:
+    supervisor.request_shutdown()
+
+
+class _swallow:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> bool:
+        return True
+
