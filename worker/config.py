@@ -477,7 +477,8 @@ class WorkerConfig:
     #: Messages held at once per queue (received and not yet settled).
     max_in_flight: int = 10
     #: Long-poll wait of each receive, seconds: at most the backend's `Limits.max_wait_s`
-    #: (SQS 20, SMQ 30), which the worker checks when it knows its backend.
+    #: (SQS 20, SMQ 30), which the worker checks when it knows its backend. A poll never
+    #: waits longer than the visibility less the renewal margin (`poll_wait_s`).
     wait_s: int = 20
     #: A receive, delete or release not answered this long (beyond the long-poll wait) is
     #: abandoned and retried on a new connection. Renewals have their own, shorter bound.
@@ -494,6 +495,16 @@ class WorkerConfig:
     #: Rate limits, per-tenant caps, bytes in flight and adaptive concurrency, for every
     #: queue whose handler sets none of its own (`@app.handler(..., flow=...)`).
     flow: FlowControl = field(default_factory=lambda: FlowControl())
+
+    @property
+    def poll_wait_s(self) -> int:
+        """The wait each long poll asks for: `wait_s`, but never more than the visibility
+        less the renewal margin. A lease is dated from when its receive was sent (the only
+        time the worker can prove is not later than the hand-out), so a message handed out
+        at the end of a long poll arrives with its visibility less the wait left: the cap
+        leaves it at least the margin, which is what a renewal needs to land in time."""
+        lease = self.lease
+        return max(0, min(self.wait_s, math.floor(lease.visibility_s - lease.renew_margin_s)))
 
     def __post_init__(self) -> None:
         _whole("max_in_flight", self.max_in_flight, 1)

@@ -62,7 +62,9 @@ class MemoryBackend(DeadLetterCalls):
             engine.dialect.limits, supports_peek=True, cancelled_receive_takes_nothing=True
         )
         self._clock = engine.clock
-        self._waiters: dict[str, set[anyio.Event]] = {}
+        # Per queue, the waiting polls in the order they began to wait (a dict, not a set:
+        # which poll a new message wakes first must not depend on object ids).
+        self._waiters: dict[str, dict[anyio.Event, None]] = {}
         self._unsubscribe = engine.subscribe(self._on_change)
         self._closed = False
 
@@ -122,9 +124,9 @@ class MemoryBackend(DeadLetterCalls):
         name = engine.queue_name(queue)
         watchers = self._waiters.get(name)
         if watchers is None:
-            watchers = self._waiters[name] = set()
+            watchers = self._waiters[name] = {}
         changed = anyio.Event()
-        watchers.add(changed)
+        watchers[changed] = None
         try:
             while True:
                 # Asked before the receive: a message due in between is then either taken
@@ -151,11 +153,11 @@ class MemoryBackend(DeadLetterCalls):
                     await anyio.sleep(until - now() + 1e-6)
                 self._check_open()
                 if changed.is_set():  # a new event for the next wait, watched at once
-                    watchers.discard(changed)
+                    watchers.pop(changed, None)
                     changed = anyio.Event()
-                    watchers.add(changed)
+                    watchers[changed] = None
         finally:
-            watchers.discard(changed)
+            watchers.pop(changed, None)
             if not watchers and self._waiters.get(name) is watchers:
                 del self._waiters[name]
 

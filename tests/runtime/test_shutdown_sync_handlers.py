@@ -152,9 +152,11 @@ async def test_sync_handlers_under_looptime_run_at_the_real_pace() -> None:
 
 
 async def test_a_redelivery_waits_for_the_thread_still_running_its_first_delivery() -> None:
-    # The first delivery is cancelled at its cap (1 s) and forgotten; the lease lapses (2 s)
-    # and the message comes back while the thread still runs: the second run waits for it.
-    lease = LeaseConfig(visibility_s=2, extension_s=2, renew_margin_s=1, max_lease_s=2.5)
+    # The first delivery is renewed once (at 1 s), cancelled at its cap (2 s) and forgotten;
+    # the lease lapses (3 s) and the message comes back while the thread still runs: the
+    # second run waits for it. (The cap leaves room for the second delivery, dated from its
+    # long poll's send up to a second before the hand-out, to be renewed.)
+    lease = LeaseConfig(visibility_s=2, extension_s=2, renew_margin_s=1, max_lease_s=3.4)
     shutdown = ShutdownConfig(grace_s=GRACE_S, flush_timeout_s=FLUSH_S)
     config = WorkerConfig(
         lease=lease,

@@ -2,10 +2,13 @@
 
 A lease is created the moment a message is received (not when its handler starts), so time
 spent waiting for a handler slot counts against it and is covered by renewals. Its deadline
-is tracked on the worker's monotonic clock, counted from a safe estimate of when the
-service handed the message out: the answer's arrival less the longest a call may take
-(`renew_timeout_s`), never earlier than the request's sending (`Receiver._handed_out`), so
-it is never later than the service's own deadline.
+is tracked on the worker's monotonic clock, counted from when the receive that brought the
+message was sent: the service handed it out after that, and an answer proves nothing more
+(it may have waited on the way for any time: a proxy, a retransmit, a paused process), so
+the lease's deadline is never later than the service's own. A long poll waits no longer
+than the visibility less the renewal margin (`WorkerConfig.poll_wait_s`), so a message
+handed out at the end of an idle poll still arrives with the margin left; one whose answer
+came after its deadline is lost on arrival and never run.
 
 States::
 

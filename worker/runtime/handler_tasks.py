@@ -35,7 +35,9 @@ class HandlerTasks:
     def __init__(self, on_crash: Callable[[BaseException], None]) -> None:
         self._on_crash = on_crash
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
+        # A dict, not a set: insertion order, so that cancelling them all goes in the order
+        # they started whatever their ids (a run repeats exactly: the simulator).
+        self._tasks: dict[asyncio.Task[Any], None] = {}
         self._closing = False
         self._stopping = False  # cancelled, or a task crashed: no new tasks
         self._ended = anyio.Event()
@@ -63,7 +65,7 @@ class HandlerTasks:
             state = "not open" if self._loop is None else "stopping or ended"
             raise RuntimeError(f"the handler task group is {state}")
         task = self._loop.create_task(coro, name=TASK_NAME)
-        self._tasks.add(task)
+        self._tasks[task] = None
         task.add_done_callback(self._task_done, context=self._callback_context)
         return task
 
@@ -86,7 +88,7 @@ class HandlerTasks:
             await self._ended.wait()
 
     def _done(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
+        self._tasks.pop(task, None)
         error = None if task.cancelled() else task.exception()
         if error is not None:
             if not self._stopping:

@@ -124,16 +124,14 @@ class LeaseKeeper:
         #: Bound once: every lease keeps it (a bound method made per lease is 64 bytes).
         self._requester = self._request_extension
         #: Leases whose renewal is on the wire (out of the schedule meanwhile).
-        self._on_wire: set[Lease] = set()
+        #: A dict for its order (a sweep loses leases in the order they went out).
+        self._on_wire: dict[Lease, None] = {}
         #: Recent renewal round trips (seconds): from the send to the answer, or to the
         #: deadline for a call that got none.
         self._round_trips: deque[float] = deque(maxlen=_ROUND_TRIPS)
         self._watchdog: asyncio.TimerHandle | None = None
         self._watch_every = max(_WATCH_S, config.renew_margin_s / 2)
         self._watch_due = math.inf
-        #: When the last stall the watchdog saw ended (loop time): a receive sent before it
-        #: may have been answered at any time during it (the receiver reads this).
-        self.stall_ended_at = -math.inf
 
     # -- bookkeeping ------------------------------------------------------------------------
 
@@ -276,7 +274,7 @@ class LeaseKeeper:
 
     def _end_extension(self, lease: Lease) -> None:
         lease.extending = False
-        self._on_wire.discard(lease)
+        self._on_wire.pop(lease, None)
         self._idle.wake(lease)
 
     # -- the task ---------------------------------------------------------------------------
@@ -305,7 +303,6 @@ class LeaseKeeper:
         loop step, before the handler tasks that the stall's I/O and timers wake."""
         now = loop.time()
         if now - self._watch_due > self._watch_every / 2:
-            self.stall_ended_at = now
             self.sweep(now)
         self._watch_due = now + self._watch_every
         self._watchdog = loop.call_at(self._watch_due, self._watch, loop)
@@ -384,7 +381,7 @@ class LeaseKeeper:
                 asked = lease.requested_visibility_s
                 wanted = self.extension_s() if asked is None else asked
                 lease.extending = True
-                self._on_wire.add(lease)
+                self._on_wire[lease] = None
                 chosen.append((lease, lease.next_visibility(now, wanted), asked))
         return chosen
 

@@ -85,7 +85,7 @@ class Receiver:
         #: Polls cancelled on the wire after `stop()`: what they took cannot be released.
         self.cut_short = 0
         #: The polls under way, each in a scope `stop()` may cancel.
-        self._polls: set[anyio.CancelScope] = set()
+        self._polls: dict[anyio.CancelScope, None] = {}  # in order: runs repeat exactly
         # Bound once: every lease keeps both, and a bound method made per lease is 64 bytes.
         self._now = clock.now
         self._lease_finished = self._finished
@@ -180,13 +180,13 @@ class Receiver:
         after `wait_s`, which kept `/readyz` failing for that long after the service came
         back; the short poll's answer says at once that it is reachable again."""
         visibility_s = self._config.lease.visibility_s
-        wait_s = self._config.wait_s if self.reachable else 0
+        wait_s = self._config.poll_wait_s if self.reachable else 0
         sent_at = self._clock.now()
         self._metrics.receive_calls.labels(self.queue).inc()
         messages: Sequence[ReceivedMessage] = ()
         try:
             with anyio.CancelScope() as poll:
-                self._polls.add(poll)
+                self._polls[poll] = None
                 messages = await call_by(
                     sent_at + wait_s + self._config.call_timeout_s,
                     lambda: self._backend.receive(
@@ -205,10 +205,13 @@ class Receiver:
                 self.cut_short += 1
             raise
         finally:
-            self._polls.discard(poll)
+            self._polls.pop(poll, None)
         if self._rate is not None:
             self._rate.refund(count - len(messages))
-        handed_out = self._handed_out(sent_at)
+        # The service handed these out after the request left, and that is all an answer
+        # proves: it may have waited anywhere on the way back (a proxy, a retransmit, a
+        # pause of this process). See `Lease` for why the send time is the only safe date.
+        handed_out = sent_at
         # Stopped while the poll was out: what it brought is handed back, never run.
         dispatch = self._release_now if self._stopping else self._dispatch
         if not messages:
@@ -273,27 +276,6 @@ class Receiver:
 
     def _release_now(self, received: ReceivedMessage, lease: Lease) -> None:
         self._release(lease)
-
-    def _handed_out(self, sent_at: float) -> float:
-        """A safe estimate of when the service handed out what a receive answered: never
-        later than the truth, so that our deadline is never later than the service's.
-
-        The service hands messages out between the request's arrival and the answer's
-        departure, so no later than the answer's arrival less its travel time. A long poll
-        may wait up to `wait_s` before that, so the send time alone would make a message
-        that arrived late in an idle poll look lapsed on arrival. The answer's travel time
-        is bounded by `renew_timeout_s`: the longest a call may take before the runtime
-        abandons it (a network that slow makes every renewal fail too). If the bound is
-        ever exceeded, the error comes out of the renewal margin, which is larger.
-
-        After a stall that ended since the request was sent (the lease keeper's watchdog
-        saw it first), the answer may have waited through the whole stall: the estimate is
-        the send time, and a message whose lease lapsed meanwhile is lost on arrival."""
-        if self._keeper.stall_ended_at > sent_at:
-            return sent_at
-        answered_at = self._clock.now()
-        travel_s = self._config.lease.effective_renew_timeout_s
-        return max(sent_at, answered_at - travel_s)
 
     def _note_sent(self, received: ReceivedMessage) -> None:
         sent = received.attributes.get("SentTimestamp")

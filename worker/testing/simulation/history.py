@@ -136,13 +136,23 @@ class History:
                 self._note(f"deleted m{delivery.message}")
 
     def _held(self, message: int, handle: str) -> bool:
+        return self._why_not_held(message, handle) is None
+
+    def _why_not_held(self, message: int, handle: str) -> str | None:
+        """None if the service holds `message` for the receive `handle` belongs to; else why
+        not, as the service sees it."""
         snapshot = self.engine.peek(self.queue, self.ids[message])
-        return (
-            snapshot is not None
-            and snapshot.state is MessageState.IN_FLIGHT
-            and snapshot.receipt_handle == handle
-            and snapshot.visible_at > self.now()
-        )
+        if snapshot is None:
+            return "the message is gone"
+        if snapshot.state is not MessageState.IN_FLIGHT:
+            return f"the message is {snapshot.state.value}"
+        current = self.deliveries.get(snapshot.receipt_handle or "")
+        if current is None or current is not self.deliveries.get(handle):
+            # An SMQ extension that landed gave the same receive a new handle: still held.
+            return "another receive holds it"
+        if snapshot.visible_at <= self.now():
+            return f"its visibility ended at {snapshot.visible_at:.3f}"
+        return None
 
     # -- the worker's side --------------------------------------------------------------
 
@@ -190,11 +200,13 @@ class History:
             return
         run.acted_at = self.now()
         self._note(f"{run.process} side effect m{run.message}")
-        if not self._held(run.message, handle):
+        why = self._why_not_held(run.message, handle)
+        if why is not None:
             self._violate(
                 "side-effect-after-lapse",
                 run.message,
-                f"{run.process} made a side effect on a receive the service no longer held",
+                f"{run.process} made a side effect on a receive the service no longer held: "
+                f"{why}",
             )
 
     def ended(self, run: Run, outcome: str) -> None:

@@ -20,9 +20,10 @@ registered with `@app.handler`, its backend the `SimBackend` of its slot. Around
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,6 +64,8 @@ class Result:
     digest: str
     runs: int
     events: tuple[str, ...]
+    #: Every log line of every process, with its `process` and virtual time `t`.
+    logs: tuple[dict[str, Any], ...]
 
     @property
     def failed(self) -> bool:
@@ -75,7 +78,7 @@ def simulate(schedule: Schedule) -> Result:
     world = _World(loop, schedule)
     loop.set_exception_handler(world.on_error)
     try:
-        with structlog.testing.capture_logs():
+        with _logs_to(world.logs, loop):
             loop.run_until_complete(world.run())
     finally:
         loop.close()
@@ -88,7 +91,28 @@ def simulate(schedule: Schedule) -> Result:
         history.digest(),
         len(history.runs),
         tuple(history.events),
+        tuple(world.logs),
     )
+
+
+@contextlib.contextmanager
+def _logs_to(logs: list[dict[str, Any]], loop: SimLoop) -> Iterator[None]:
+    """Every log line of the run, with its process and virtual time, into `logs` (as
+    structlog's `capture_logs`, which this extends)."""
+
+    def stamp(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
+        event["t"] = round(loop.time(), 6)
+        event["process"] = PROCESS.get()
+        return event
+
+    capture = structlog.testing.LogCapture()
+    saved = structlog.get_config()
+    structlog.configure(processors=[stamp, capture])
+    try:
+        yield
+    finally:
+        structlog.configure(**saved)
+        logs.extend(capture.entries)
 
 
 class _World:
@@ -112,6 +136,7 @@ class _World:
         #: Errors no task waited for: a defect of the simulation, unless a killed process's
         #: tasks left them while being unwound.
         self.errors: list[str] = []
+        self.logs: list[dict[str, Any]] = []
         self._unwinding = False
 
     def on_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
@@ -216,6 +241,8 @@ class _World:
             try:
                 await asyncio.sleep(plan.duration_s)
                 if plan.blocks_s:
+                    now = self.loop.time()
+                    self.history.disturbed(process, now, now + plan.blocks_s)
                     await self.loop.block(plan.blocks_s)
                 message.lease.ensure_held()
                 if run is not None:
