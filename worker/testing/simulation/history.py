@@ -205,8 +205,7 @@ class History:
             self._violate(
                 "side-effect-after-lapse",
                 run.message,
-                f"{run.process} made a side effect on a receive the service no longer held: "
-                f"{why}",
+                f"{run.process} made a side effect on a receive the service no longer held: {why}",
             )
 
     def ended(self, run: Run, outcome: str) -> None:

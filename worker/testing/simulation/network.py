@@ -52,6 +52,8 @@ class Network:
         self.dead: set[str] = set()
         self._service = contextvars.Context()  # the service's side: no process
         self._limits = replace(service.limits, cancelled_receive_takes_nothing=False)
+        #: Calls being served (the service's side of each call that landed).
+        self._serving: dict[asyncio.Task[None], None] = {}
 
     def backend(self, slot: int, process: str) -> SimBackend:
         return SimBackend(self, slot, process)
@@ -99,7 +101,12 @@ class Network:
         landed: Callable[[T], None] | None,
     ) -> None:
         loop = asyncio.get_running_loop()
-        loop.create_task(self._serve(invoke, answer, back, landed), context=self._service)
+        task = loop.create_task(self._serve(invoke, answer, back, landed), context=self._service)
+        self._serving[task] = None  # held until done: a task only the loop refers to may go
+        task.add_done_callback(self._served)
+
+    def _served(self, task: asyncio.Task[None]) -> None:
+        self._serving.pop(task, None)
 
     async def _serve(
         self,

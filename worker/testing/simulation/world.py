@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import contextvars
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,7 +65,7 @@ class Result:
     runs: int
     events: tuple[str, ...]
     #: Every log line of every process, with its `process` and virtual time `t`.
-    logs: tuple[dict[str, Any], ...]
+    logs: tuple[MutableMapping[str, Any], ...]
 
     @property
     def failed(self) -> bool:
@@ -96,11 +96,11 @@ def simulate(schedule: Schedule) -> Result:
 
 
 @contextlib.contextmanager
-def _logs_to(logs: list[dict[str, Any]], loop: SimLoop) -> Iterator[None]:
+def _logs_to(logs: list[MutableMapping[str, Any]], loop: SimLoop) -> Iterator[None]:
     """Every log line of the run, with its process and virtual time, into `logs` (as
     structlog's `capture_logs`, which this extends)."""
 
-    def stamp(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
+    def stamp(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
         event["t"] = round(loop.time(), 6)
         event["process"] = PROCESS.get()
         return event
@@ -120,7 +120,9 @@ class _World:
         self.loop = loop
         self.schedule = schedule
         dialect = SMQ_DIALECT if schedule.dialect == "smq" else SQS_DIALECT
-        self.engine = MemoryEngine(LoopClock(), dialect=dialect, epoch=f"{schedule.seed:012x}"[-12:])
+        self.engine = MemoryEngine(
+            LoopClock(), dialect=dialect, epoch=f"{schedule.seed:012x}"[-12:]
+        )
         self.service = MemoryBackend(self.engine)
         self.history = History(self.engine, QUEUE, DEAD_LETTERS, [""] * len(schedule.sends))
         self.network = Network(self.service, schedule, self.history)
@@ -136,7 +138,7 @@ class _World:
         #: Errors no task waited for: a defect of the simulation, unless a killed process's
         #: tasks left them while being unwound.
         self.errors: list[str] = []
-        self.logs: list[dict[str, Any]] = []
+        self.logs: list[MutableMapping[str, Any]] = []
         self._unwinding = False
 
     def on_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
@@ -197,8 +199,13 @@ class _World:
                 await asyncio.sleep(self.schedule.restart_s)
 
     async def _wait_end(self, name: str, task: asyncio.Task[None]) -> None:
-        waiter = self.loop.create_future()
-        task.add_done_callback(lambda _: waiter.done() or waiter.set_result(None))
+        waiter: asyncio.Future[None] = self.loop.create_future()
+
+        def ended(_: object) -> None:
+            if not waiter.done():
+                waiter.set_result(None)
+
+        task.add_done_callback(ended)
         while not waiter.done():
             if name in self.history.killed:
                 return
@@ -314,4 +321,3 @@ class _swallow:
 
     def __exit__(self, *exc: object) -> bool:
         return True
-
