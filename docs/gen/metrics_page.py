@@ -122,7 +122,8 @@ def render() -> str:
         *table(["metric", "type", "labels", "meaning"], list(_rows(found))),
         "",
         "Values of `outcome`: " + ", ".join(f"`{o}`" for o in OUTCOMES) + ".",
-        "Values of `reason` known in advance: "
+        "Values of `reason` of `leases_lost_total` and `settlements_dropped_total` known in "
+        "advance: "
         + ", ".join(f"`{r}`" for r in LOSS_REASONS)
         + "; the others are the codes with which the service refused a renewal.",
         "",

@@ -23,7 +23,9 @@ Who may do what (issue 27: one owner):
   inside): the dispatcher `adopt`s a newer copy's handle; the settler marks a lease
   `settling`, `claim`s it for a delete or release (the handle to use now, and renewals held
   while the call is out, as one answer), `unclaim`s it after the call, and reports it
-  `settled`; the executor asks whether it `lapsed` before it reports a handler's success.
+  `settled`; the executor asks whether it `lapsed` before it reports a handler's success,
+  and the settler before each delete or release of it goes on the wire (a lapsed lease,
+  held or being settled, is lost then).
 - Anyone may ask to cancel the handler (`cancel(reason)`): the keeper (lost, capped), the
   supervisor (shutdown), the idempotency guard (its store's heartbeat lapsed).
 - Handlers see a `LeaseView` (`message.lease`): the deadline, the time left, whether it is

@@ -195,9 +195,10 @@ class LeaseKeeper:
         lease.finish(LeaseState.DONE)
 
     def lapsed(self, lease: Lease, now: float) -> bool:
-        """True if `lease` is lost, or its deadline has passed (it is lost now): asked at a
-        commit point, before a handler's success is reported and its message deleted."""
-        if lease.state is LeaseState.HELD and now >= lease.deadline:
+        """True if `lease` is lost, or its deadline has passed (it is lost now, held or being
+        settled): asked at a commit point, before a handler's success is reported, and
+        before each delete or release of it goes on the wire."""
+        if lease.active and now >= lease.deadline:
             self._lose(lease, "lapsed")
         return lease.lost
 

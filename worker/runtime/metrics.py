@@ -42,8 +42,8 @@ OUTCOMES = (
     "skipped",
     "duplicate",
 )
-#: The `reason` of `leases_lost_total` known in advance (the others are the codes with which
-#: the service refused a renewal).
+#: The `reason` of `leases_lost_total` and `settlements_dropped_total` known in advance (the
+#: others are the codes with which the service refused a renewal).
 LOSS_REASONS = ("lapsed",)
 
 
@@ -138,6 +138,14 @@ class Metrics:
         )
         self.settle_failures = self._counter(
             "settle_failures", "Deletes and releases that failed.", "queue", "action", "code"
+        )
+        self.settlements_dropped = self._counter(
+            "settlements_dropped",
+            "Deletes and releases not sent because their lease was gone by the time they "
+            "would have gone out (reason: as leases_lost's); the message comes back.",
+            "queue",
+            "action",
+            "reason",
         )
         self.receive_calls = self._counter("receive_calls", "Receive calls.", "queue")
         self.empty_receives = self._counter(
@@ -236,6 +244,8 @@ class Metrics:
             counter.labels(queue)
         for action in ("delete", "release"):
             self.settle_calls.labels(queue, action)
+            for reason in LOSS_REASONS:
+                self.settlements_dropped.labels(queue, action, reason)
 
     def watch(self, read: Callable[[], MetricsSnapshot]) -> None:
         """Read `read()` at each scrape (once per registry: a second call is ignored)."""

@@ -17,13 +17,21 @@ Before a call it waits for any extension in flight on the same message, so that 
 newest receipt handle (SMQ hands out a new one on every extension); checking that no
 extension is in flight and claiming the lease from the keeper (the handle to use, renewals
 held) is one step. The settler changes no lease itself: it asks the keeper
-(`settling`, `claim`, `unclaim`, `settled`). A handle replaced while the
+(`settling`, `lapsed`, `claim`, `unclaim`, `settled`). A handle replaced while the
 call was on the wire (a second copy of the message adopted) gets the call again with the
 new handle, whatever the answer to the old one was (SQS answers success for a stale delete).
 
+A settlement is checked when it goes on the wire, not when it was queued: in that same
+step, before every call and every retry (after a failure, a lost answer, in `send_now`),
+the keeper is asked whether each entry's lease `lapsed` (lost, or its deadline passed by
+the clock: a stall while it waited, SIGSTOP, a long GC). Such an entry is dropped, never
+sent: its message is visible again, perhaps another consumer's now, and a service that
+honoured the stale handle would hide it again or delete it. It is logged once
+(`settle.dropped`) and counted (`settlements_dropped_total`); a call left empty is not made.
+
 Failures: a refused entry (ReceiptHandleIsInvalid, ...) is logged and counted: the message
 will be delivered again, which at-least-once allows. A transient whole-call failure is
-retried while the lease is still held.
+retried while the lease is still held (and checked again before the retry goes out).
 """
 
 from __future__ import annotations
@@ -51,6 +59,7 @@ __all__ = ["Settler"]
 _Key = tuple[str, Action]
 _Item = tuple[Lease, int]
 _HELD = LeaseState.HELD
+_LOST = LeaseState.LOST
 #: Entry ids, made once: a batch's entries are numbered from 0 (no str() per message).
 _IDS = tuple(str(i) for i in range(64))
 
@@ -189,42 +198,48 @@ class Settler:
 
     async def _send(self, key: _Key, items: list[_Item], *, hold: bool = True) -> None:
         queue, action = key
-        claimed = False
+        live: list[_Item] = []  # the entries claimed and put on the wire
         try:
-            handles = await self._claim(action, items, hold=hold)
-            claimed = True
+            await self._wait_for_renewals(action, items, hold=hold)
+            # From here to the wire, no await: the lease checked is the lease the call uses.
+            live = self._unlapsed(queue, action, items)
+            if not live:
+                return  # every entry dropped: no call at all
+            handles = [self._leases.claim(lease) for lease, _ in live]
             self._metrics.settle_calls.labels(queue, action.value).inc()
             try:
-                result = await self._call(queue, action, items, handles, hold=hold)
+                result = await self._call(queue, action, live, handles, hold=hold)
             except Exception as raised:
                 operation = (
                     "DeleteMessageBatch"
                     if action is Action.DELETE
                     else "ChangeMessageVisibilityBatch"
                 )
-                self._call_failed(key, items, as_backend_error(raised, self._log, operation, queue))
+                self._call_failed(key, live, as_backend_error(raised, self._log, operation, queue))
                 return
-            self._apply(queue, action, items, result, handles)
+            self._apply(queue, action, live, result, handles)
         except anyio.get_cancelled_exc_class():
             # Cancelled with the settler (the supervisor cancelled from outside): the call
             # may not have landed, so `send_now` sends it again rather than let a handled
-            # message lapse and run twice (a repeated delete is harmless).
+            # message lapse and run twice (a repeated delete is harmless; a lapsed lease is
+            # dropped there, as here).
             for lease, visibility in items:
                 if lease.active:
                     self._enqueue(lease, action, visibility)
             raise
         finally:
-            if claimed:
-                for lease, _ in items:
-                    self._leases.unclaim(lease)
+            for lease, _ in live:
+                self._leases.unclaim(lease)
             self._calls_in_flight -= 1
             self._wake.set()
 
-    async def _claim(self, action: Action, items: Sequence[_Item], *, hold: bool) -> list[str]:
+    async def _wait_for_renewals(
+        self, action: Action, items: Sequence[_Item], *, hold: bool
+    ) -> None:
         """Wait until no renewal of these leases is on the wire (a delete's lease renewed
-        first if it could lapse during the call), then claim them from the keeper, with no
-        await between the last check and the claims: the handles to use, and no renewal of
-        them goes out until they are unclaimed."""
+        first if it could lapse during the call); the caller then claims them from the
+        keeper without an await: the handles to use, and no renewal of them goes out until
+        they are unclaimed."""
         hold_s = self._renew_timeout if hold and action is Action.DELETE else 0.0
         # A lease with more time left than this needs no renewal first (the keeper decides
         # for the others): the busy path awaits nothing per message.
@@ -236,8 +251,36 @@ class Settler:
                     await self._leases.wait_extension_idle(lease, hold_s)
                     waited = True
             if not waited or not any(lease.extending for lease, _ in items):
+                return
+
+    def _unlapsed(self, queue: str, action: Action, items: list[_Item]) -> list[_Item]:
+        """`items` less the entries whose lease is gone now, by the clock: lost, or its
+        deadline passed (the keeper loses it now). Those are never sent: the message is
+        visible again at the service, perhaps another consumer's, and a service that
+        honoured the stale handle would hide or delete that consumer's message. Each is
+        logged and counted once (it leaves the settler here)."""
+        now = self._clock.now()
+        for lease, _ in items:
+            if now >= lease.deadline or lease.state is _LOST:
                 break
-        return [self._leases.claim(lease) for lease, _ in items]
+        else:
+            return items  # the busy path: every lease still held
+        live: list[_Item] = []
+        for item in items:
+            lease = item[0]
+            if not self._leases.lapsed(lease, now):
+                live.append(item)
+                continue
+            reason = lease.lost_reason or "lapsed"
+            self._metrics.settlements_dropped.labels(queue, action.value, reason).inc()
+            self._log.warning(
+                "settle.dropped",
+                queue=queue,
+                message_id=lease.message_id,
+                action=action.value,
+                reason=reason,
+            )
+        return live
 
     def _delete_deadline(self, items: Sequence[_Item]) -> float:
         """A delete is abandoned in time for a renewal after it (no renewal goes out while it
