@@ -6,7 +6,7 @@
     ├── DecodeError              a message body the handler's decoder refused
     ├── MessageRejected          the producer refused a message before any call (a ValueError)
     ├── SendFailed               the producer's send of one message failed (entry's code)
-    ├── LeaseLostError           `await lease.extend()` on a lease that is (or became) lost
+    ├── LeaseLostError           `extend()`, `ensure_held()` or a send on a lease that is gone
     ├── WorkerCrashed            a task of the worker raised; what it held was released
     └── BackendError             a whole queue-service call failed (operation, queue)
         ├── TransientBackendError    throttling, 5xx, timeouts, resets: retry later
@@ -96,8 +96,11 @@ class SendFailed(LeaseWorkerError):
 
 
 class LeaseLostError(LeaseWorkerError):
-    """Raised by `Lease.extend()` when the lease was lost before or during the extension:
-    the message's receipt handle is no longer this worker's to use."""
+    """Raised by `Lease.extend()` when the lease was lost before or during the extension,
+    by `ensure_held()` once it is lost or its deadline has passed, and by a send from
+    inside a handler whose lease is gone: the message's receipt handle is no longer this
+    worker's to use. Raised out of a handler whose lease is in fact gone, it is a fence
+    that held (`handler.fenced`), not the handler's failure."""
 
 
 class WorkerCrashed(LeaseWorkerError):

@@ -13,6 +13,10 @@ Rules:
   error fails the whole batch, a BaseException too (GeneratorExit included: see
   `worker.runtime.handlers`); `Retry` releases it whole after `after_s`; `Discard` deletes
   it whole. A body that cannot be decoded fails its message alone, before the handler runs.
+- A `LeaseLostError` (a message's `lease.ensure_held()`) raised while a lease of the batch
+  is in fact gone is a fence that held (`handler.fenced` once for the batch, see
+  `worker.runtime.handlers`): the messages whose lease is gone are lease-lost, the others
+  fail with the batch. With every lease still held it fails the batch like any error.
 - FIFO: after the first message of a group that does not succeed, the later messages of that
   group in the batch are released too (as SKIPPED), as Lambda's partial batch response
   requires; batches of one FIFO queue run one at a time, so a group stays in order.
@@ -31,8 +35,8 @@ import structlog
 from worker.core.lease import Lease
 from worker.core.settlement import Outcome
 from worker.envelope.tracing import batch_span, set_outcome
-from worker.errors import BatchFailure, DecodeError, Discard, Retry
-from worker.message import Message
+from worker.errors import BatchFailure, DecodeError, Discard, LeaseLostError, Retry
+from worker.message import Message, lease_of
 from worker.registry import HandlerSpec
 from worker.runtime.handler_tasks import HandlerTasks
 from worker.runtime.handlers import Executor, decode, fetch, raised_by_handler
@@ -164,7 +168,13 @@ class Batches:
         except BaseException as error:  # SystemExit, KeyboardInterrupt, GeneratorExit, ...
             if isinstance(error, GeneratorExit) and not raised_by_handler(task):
                 raise  # this coroutine is being closed: it never runs again
-            self._log.exception("handler.failed", handler=spec.name, messages=len(ids))
+            fenced = isinstance(error, LeaseLostError) and self._executor.fenced(
+                spec, [lease_of(message) for message in messages], batch=True
+            )
+            if not fenced:
+                self._log.exception("handler.failed", handler=spec.name, messages=len(ids))
+            # Fenced, the messages whose lease is gone are lease-lost (`_settle`); the others
+            # fail with the batch, which gave up on them.
             return dict.fromkeys(ids, (Outcome.FAILED, 0.0))
         failed = set(failed)
         unknown = failed - set(ids)

@@ -14,6 +14,14 @@ collected, never to run again) by who runs: raised by handler code, the handler'
 running its step (`raised_by_handler`). A CancelledError nobody asked for (the handler's
 own, or a library's) is a failure as well, logged as `handler.raised_cancelled_error`.
 
+A `LeaseLostError` (from `message.lease.ensure_held()`, `extend()`, a send) raised out of a
+handler whose lease is in fact gone (lost, or lapsed by the clock: the keeper loses it then)
+is a fence that held, not a crash: logged once as `handler.fenced` (a warning, no
+traceback), counted in `handlers_fenced_total`, outcome LEASE_LOST (neither deleted nor
+released). Raised while the lease is still held with time left (by hand, or by `extend()`
+once the keeper stopped), it is the handler's failure: the message can still be handed
+back, so its error policy applies.
+
 Synchronous handlers run in a daemon thread (`worker.runtime.threads`), so they never hold
 up the event loop and the lease keeper with it. They cannot be interrupted. Cancelled for a
 shutdown, the task keeps waiting for the thread, with the lease still renewed, and settles
@@ -31,7 +39,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import structlog
@@ -44,7 +52,7 @@ from worker.envelope import fence
 from worker.envelope.codecs import PayloadError
 from worker.envelope.large_payloads import MissingPayload
 from worker.envelope.tracing import open_handler_span
-from worker.errors import DecodeError, Discard, Duplicate, Retry
+from worker.errors import DecodeError, Discard, Duplicate, LeaseLostError, Retry
 from worker.message import Message, lease_of
 from worker.middleware import CallNext, build_chain
 from worker.registry import HandlerSpec
@@ -229,7 +237,7 @@ class Executor:
             except BaseException as error:  # SystemExit, KeyboardInterrupt, GeneratorExit, ...
                 if isinstance(error, GeneratorExit) and not raised_by_handler(task):
                     raise  # this coroutine is being closed: it never runs again
-                outcome, retry_after = self._failed(spec, received, error)
+                outcome, retry_after = self._failed(spec, received, lease, error)
                 scope.close()  # a cancellation it caught and swallowed is taken back
             else:
                 scope.close()
@@ -264,9 +272,11 @@ class Executor:
         return Outcome.FAILED
 
     def _failed(
-        self, spec: HandlerSpec, received: ReceivedMessage, error: BaseException
+        self, spec: HandlerSpec, received: ReceivedMessage, lease: Lease, error: BaseException
     ) -> tuple[Outcome, float]:
         """What the handler (or the decoding of its body) raised, as an outcome."""
+        if isinstance(error, LeaseLostError) and self.fenced(spec, (lease,)):
+            return Outcome.LEASE_LOST, 0.0
         if isinstance(error, Discard):
             self._log.info("handler.discarded", reason=error.reason)
             return Outcome.DISCARDED, 0.0
@@ -290,6 +300,32 @@ class Executor:
             exc_info=error,
         )
         return Outcome.FAILED, 0.0
+
+    def fenced(self, spec: HandlerSpec, leases: Sequence[Lease], *, batch: bool = False) -> bool:
+        """For a `LeaseLostError` raised out of a handler of `leases` (one, or a batch's):
+        True if its fence held, i.e. one of them is in fact gone (lost, or its deadline
+        passed by the clock: the keeper loses it now); then logged once as `handler.fenced`
+        (no traceback: a lease event, not a bug) and counted. False if every lease is
+        still held with time left (a `LeaseLostError` raised by hand, or by `extend()` once
+        the keeper stopped): that is the handler's failure, and its message can still be
+        handed back by its error policy."""
+        now = self._clock.now()
+        gone = [lease for lease in leases if self._keeper.lapsed(lease, now)]
+        if not gone:
+            return False
+        self._metrics.handlers_fenced.labels(spec.queue).inc()
+        reason = gone[0].lost_reason
+        if not batch:  # the message's queue and id are bound to the task's log context
+            self._log.warning("handler.fenced", handler=spec.name, reason=reason)
+        else:
+            self._log.warning(
+                "handler.fenced",
+                handler=spec.name,
+                queue=spec.queue,
+                messages=len(gone),
+                reason=reason,
+            )
+        return True
 
     def finish(  # also for each message of a batch (worker.runtime.batches)
         self,

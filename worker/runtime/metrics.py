@@ -127,6 +127,12 @@ class Metrics:
         self.leases_capped = self._counter(
             "leases_capped", "Handlers cancelled at the maximum lease.", "queue"
         )
+        self.handlers_fenced = self._counter(
+            "handlers_fenced",
+            "Handler runs stopped by their lease's fence: a LeaseLostError (ensure_held(), "
+            "extend()) raised out of the handler for a lease that was gone.",
+            "queue",
+        )
         self.time_to_deadline = self._histogram(
             "lease_time_to_deadline_seconds",
             "Time left before the deadline at renewal.",
@@ -238,7 +244,12 @@ class Metrics:
             self.handled.labels(queue, outcome)
         for reason in LOSS_REASONS:
             self.leases_lost.labels(queue, reason)
-        for counter in (self.renewals, self.renewal_calls, self.leases_capped):
+        for counter in (
+            self.renewals,
+            self.renewal_calls,
+            self.leases_capped,
+            self.handlers_fenced,
+        ):
             counter.labels(queue)
         for counter in (self.receive_calls, self.empty_receives):
             counter.labels(queue)
