@@ -118,8 +118,8 @@ async def test_a_long_poll_waits_no_longer_than_the_visibility_less_the_margin()
         await backend.inner.send("jobs", [OutgoingMessage(body="{}")])
         [record] = await harness.wait_for_handled(1)
         lost = harness.metrics.value(
-                "lease_worker_leases_lost_total", queue="jobs", reason="lapsed"
-            )
+            "lease_worker_leases_lost_total", queue="jobs", reason="lapsed"
+        )
     assert record.outcome is Outcome.SUCCEEDED
     assert lost == 0
     polls = [call for call in backend.calls if call.operation == "receive"]

@@ -21,7 +21,7 @@ import anyio
 
 from worker.errors import BackendError, TransientBackendError
 
-__all__ = ["as_backend_error", "call_by", "hedged_call_by", "no_answer"]
+__all__ = ["as_backend_error", "call_by", "hedged_call_by", "may_have_landed", "no_answer"]
 
 T = TypeVar("T")
 
@@ -98,6 +98,35 @@ async def hedged_call_by(
     if errors and len(errors) == sent:
         raise errors[0]
     raise no_answer(operation, queue, "DeadlineReached")
+
+
+#: Failures after which a call may have landed: no answer came in time (the runtime's own
+#: deadline), or the connection broke after the request went out (the lean client's and
+#: botocore's and aiohttp's names for a read that timed out or an answer cut short).
+_NO_ANSWER = frozenset(
+    {
+        "Timeout",
+        "DeadlineReached",
+        "ReadTimeout",
+        "ReadTimeoutError",
+        "Closed",
+        "ProtocolError",
+        "ConnectionClosedError",
+        "ResponseParserError",
+        "ServerDisconnectedError",
+        "ClientPayloadError",
+        "TimeoutError",
+        "ConnectionResetError",
+    }
+)
+
+
+def may_have_landed(error: BackendError) -> bool:
+    """True if the call that raised `error` may have reached the service and been applied:
+    no answer came, so nothing says it did not land. A call that is not idempotent once
+    someone else acts on the message (a release: another consumer may receive the message
+    it made visible) is then not sent again with the same handle."""
+    return error.code in _NO_ANSWER
 
 
 def no_answer(operation: str, queue: str, code: str) -> TransientBackendError:

@@ -31,7 +31,11 @@ honoured the stale handle would hide it again or delete it. It is logged once
 
 Failures: a refused entry (ReceiptHandleIsInvalid, ...) is logged and counted: the message
 will be delivered again, which at-least-once allows. A transient whole-call failure is
-retried while the lease is still held (and checked again before the retry goes out).
+retried while the lease is still held (and checked again before the retry goes out), but
+a release whose call may have landed (no answer came: `calls.may_have_landed`) is not: the
+message may already be visible and another consumer's, and a second release with the same
+handle could end that consumer's lease; with renewals stopped, it is visible at its
+deadline anyway.
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ from worker.clock import Clock
 from worker.core.lease import Lease, LeaseState
 from worker.core.settlement import Action, Settlement
 from worker.errors import BackendError, TransientBackendError
-from worker.runtime.calls import as_backend_error, call_by
+from worker.runtime.calls import as_backend_error, call_by, may_have_landed
 from worker.runtime.lease_keeper import LeaseKeeper
 from worker.runtime.metrics import Metrics
 from worker.types import BatchResult, Deletion, EntryFailure, VisibilityChange
@@ -374,8 +378,18 @@ class Settler:
             code=code,
             error=str(error),
         )
+        # A release that may have landed is not sent again: the message may be visible
+        # already and received by another consumer, whose lease a second release with this
+        # handle could end (SQS does not always refuse a stale handle). Its renewals have
+        # stopped, so it is visible at its deadline at the latest: a delay, never a run
+        # beside another. A delete is idempotent: retried while the lease holds.
+        landed = action is Action.RELEASE and may_have_landed(error)
         for lease, visibility in items:
-            if isinstance(error, TransientBackendError) and self._may_retry(lease, action):
+            if (
+                isinstance(error, TransientBackendError)
+                and not landed
+                and self._may_retry(lease, action)
+            ):
                 self._retry_later(lease, action, visibility)
             else:
                 self._leases.settled(lease)

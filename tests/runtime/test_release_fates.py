@@ -1,0 +1,53 @@
+"""A release whose answer never came may have landed, and is not sent again.
+
+A release makes the message visible: once it has landed, another consumer may receive the
+message, and a second release with the old handle could end that consumer's lease (SQS does
+not always refuse a stale handle). So a release that got no answer is given up on; its
+renewals have stopped, so the message is visible at its deadline at the latest.
+"""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from backends.memory import MemoryBackend
+from worker import LeaseConfig, Message, Outcome, TransientBackendError, Worker, WorkerConfig
+from worker.testing import FaultyBackend, run_worker
+from worker.types import OutgoingMessage, QueueSpec
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
+
+
+async def _run(backend: FaultyBackend[MemoryBackend]) -> list[Outcome]:
+    app = Worker(WorkerConfig(lease=LeaseConfig(visibility_s=10), call_timeout_s=1, wait_s=1))
+    runs: list[int] = []
+
+    @app.handler("jobs", on_error="release")
+    async def job(message: Message) -> None:
+        runs.append(message.receive_count)
+        if len(runs) == 1:
+            raise RuntimeError("the first run fails")
+
+    await backend.create_queue(QueueSpec("jobs", visibility_timeout_s=10))
+    await backend.inner.send("jobs", [OutgoingMessage(body="{}")])
+    async with run_worker(app, backend=backend) as harness:
+        handled = await harness.wait_for_handled(2)
+        await anyio.sleep(15)  # any retry would have gone out by now
+    return [record.outcome for record in handled]
+
+
+async def test_a_release_whose_answer_was_lost_is_not_sent_again() -> None:
+    backend = FaultyBackend(MemoryBackend())
+    backend.lose("release")  # lands (the message is visible at once), never answered
+    outcomes = await _run(backend)
+    assert outcomes == [Outcome.FAILED, Outcome.SUCCEEDED]
+    assert [call.operation for call in backend.calls].count("release") == 1
+
+
+async def test_a_release_refused_before_it_was_sent_is_retried() -> None:
+    backend = FaultyBackend(MemoryBackend())
+    backend.refuse("release", TransientBackendError("throttled", code="Throttling"))
+    outcomes = await _run(backend)
+    assert outcomes == [Outcome.FAILED, Outcome.SUCCEEDED]
+    assert [call.operation for call in backend.calls].count("release") == 2
