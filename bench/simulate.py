@@ -5,6 +5,7 @@
     python -m bench.simulate --replay 31               # one seed's history and verdict
     python -m bench.simulate --replay 31 --logs        # ... with every process's log lines
     python -m bench.simulate --schedule '{"seed":31,...}'  # a shrunk schedule, exactly
+    python -m bench.simulate --seeds 1000 --flows tenants  # only per-tenant caps
 
 Each seed draws a schedule (a fleet of 2-3 workers on one virtual clock against the
 in-memory engine, every call's fate, stalls, SIGTERMs, SIGKILLs, handler durations and
@@ -27,6 +28,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 
 from worker.testing.simulation import Result, Schedule, draw, shrink, simulate
+from worker.testing.simulation.schedule import FLOWS
 
 __all__ = ["main", "run_seeds"]
 
@@ -34,18 +36,20 @@ __all__ = ["main", "run_seeds"]
 _CHUNK = 50
 
 
-def _verdicts(seeds: Sequence[int]) -> list[tuple[int, list[str]]]:
-    """Run `seeds`; return the failing ones with their violations (in a worker process)."""
+def _verdicts(job: tuple[range, tuple[str, ...]]) -> list[tuple[int, list[str]]]:
+    """Run a chunk of seeds; return the failing ones with their violations (in a worker
+    process)."""
+    seeds, flows = job
     failed = []
     for seed in seeds:
-        result = simulate(draw(seed))
+        result = simulate(draw(seed, flows=flows))
         if result.failed:
             failed.append((seed, [str(v) for v in result.violations]))
     return failed
 
 
 def run_seeds(
-    start: int, count: int, jobs: int, *, progress: bool = False
+    start: int, count: int, jobs: int, *, flows: tuple[str, ...] = FLOWS, progress: bool = False
 ) -> tuple[list[tuple[int, list[str]]], float]:
     """Run seeds `start`.. `start + count - 1` on `jobs` processes; returns the failures and
     the wall time it took."""
@@ -55,12 +59,14 @@ def run_seeds(
     ]
     began = time.perf_counter()
     if jobs <= 1:
-        results: Iterable[list[tuple[int, list[str]]]] = map(_verdicts, chunks)
+        results: Iterable[list[tuple[int, list[str]]]] = map(
+            _verdicts, [(chunk, flows) for chunk in chunks]
+        )
         failures = _gather(results, chunks, count, began, progress)
     else:
         context = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
         with context.Pool(jobs) as pool:
-            results = pool.imap_unordered(_verdicts, chunks)
+            results = pool.imap(_verdicts, [(chunk, flows) for chunk in chunks])
             failures = _gather(results, chunks, count, began, progress)
     return sorted(failures), time.perf_counter() - began
 
@@ -76,6 +82,9 @@ def _gather(
     done = 0
     for chunk, found in zip(chunks, results, strict=False):
         failures.extend(found)
+        if progress:
+            for seed, violations in found:  # as they come: a long run tells at once
+                print(f"\rseed {seed}: {violations[0]}", file=sys.stderr, flush=True)
         done += len(chunk)
         if progress:
             rate = done / (time.perf_counter() - began)
@@ -90,19 +99,20 @@ def _gather(
     return failures
 
 
-def replay_command(seed: int) -> str:
-    return f"python -m bench.simulate --replay {seed}"
+def replay_command(seed: int, flows: tuple[str, ...] = FLOWS) -> str:
+    chosen = "" if flows == FLOWS else f" --flows {','.join(flows)}"
+    return f"python -m bench.simulate --replay {seed}{chosen}"
 
 
-def shrunk(seed: int) -> Schedule:
+def shrunk(seed: int, flows: tuple[str, ...] = FLOWS) -> Schedule:
     """The smallest schedule found from `seed`'s that fails with its first violation's kind."""
-    first = simulate(draw(seed))
-    kind = first.violations[0].kind
+    schedule = draw(seed, flows=flows)
+    kind = simulate(schedule).violations[0].kind
 
-    def fails(schedule: Schedule) -> bool:
-        return any(v.kind == kind for v in simulate(schedule).violations)
+    def fails(candidate: Schedule) -> bool:
+        return any(v.kind == kind for v in simulate(candidate).violations)
 
-    return shrink(draw(seed), fails)
+    return shrink(schedule, fails)
 
 
 def show(result: Result, *, logs: bool) -> None:
@@ -131,9 +141,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--schedule", help="run this schedule (JSON, or @file) exactly")
     parser.add_argument("--logs", action="store_true", help="with --replay: every log line")
     parser.add_argument(
+        "--flows",
+        help="flow controls to draw from, comma-separated: none, rate, bytes, adaptive, "
+        "tenants (default: the first four, none most often)",
+    )
+    parser.add_argument(
         "--shrink", type=int, default=5, help="shrink the first N failing seeds (default 5)"
     )
     options = parser.parse_args(argv)
+    flows = FLOWS if options.flows is None else tuple(options.flows.split(","))
     if options.replay is not None or options.schedule is not None:
         if options.schedule is not None:
             text = options.schedule
@@ -142,12 +158,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                     text = file.read()
             schedule = Schedule.from_json(text)
         else:
-            schedule = draw(options.replay)
+            schedule = draw(options.replay, flows=flows)
         result = simulate(schedule)
         show(result, logs=options.logs)
         return 1 if result.failed else 0
-    failures, took = run_seeds(options.start, options.seeds, options.jobs, progress=True)
-    report(options.start, options.seeds, options.jobs, failures, took, options.shrink)
+    failures, took = run_seeds(
+        options.start, options.seeds, options.jobs, flows=flows, progress=True
+    )
+    report(options.start, options.seeds, options.jobs, failures, took, options.shrink, flows)
     return 1 if failures else 0
 
 
@@ -158,6 +176,7 @@ def report(
     failures: list[tuple[int, list[str]]],
     took: float,
     shrink_first: int,
+    flows: tuple[str, ...] = FLOWS,
 ) -> None:
     print(
         f"{count:,} seeds ({start:,}..{start + count - 1:,}) in {took:.1f} s on {jobs} "
@@ -168,10 +187,10 @@ def report(
         print(f"  {kind}: {times} violations")
     for n, (seed, found) in enumerate(failures):
         print(f"seed {seed}: {found[0]}" + (f" (+{len(found) - 1} more)" if len(found) > 1 else ""))
-        print(f"  replay: {replay_command(seed)}")
+        print(f"  replay: {replay_command(seed, flows)}")
         if n < shrink_first:
-            small = shrunk(seed)
-            print(f"  shrunk to {small.size()} parts (from {draw(seed).size()}):")
+            small = shrunk(seed, flows)
+            print(f"  shrunk to {small.size()} parts (from {draw(seed, flows=flows).size()}):")
             print(f"  python -m bench.simulate --schedule '{small.to_json()}'")
 
 

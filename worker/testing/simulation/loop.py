@@ -16,6 +16,9 @@ Rules:
   step after the stall, as on a real loop). A stall with no end is a SIGKILL.
 - `block(seconds)` is blocking code inside a step (`time.sleep` in an async handler): the
   calling task is stalled with its process, and is the first to go on at the end.
+- Each process may have a clock rate of its own (`set_rate`: 1.001 runs 0.1% fast): its
+  code reads `time()` and sets its timers on its own clock, as a process on a host whose
+  clock drifts does; the service and the loop itself keep the true time (`true_time()`).
 - No I/O: the selector is never asked to wait. A thread handing work back
   (`call_soon_threadsafe`) is not part of the model: a simulation whose every task waits
   for something that never comes raises `Stuck`.
@@ -72,13 +75,27 @@ class SimLoop(asyncio.SelectorEventLoop):
         self._stalls: dict[str, list[tuple[float, float]]] = {}
         self._held: dict[str, list[_Held]] = {}
         self._blocked: dict[str, asyncio.Future[None]] = {}
+        self._rates: dict[str, float] = {}
         super().__init__(_NoIO(self))
         self._clock_resolution = 1e-9
 
     # -- time ---------------------------------------------------------------------------
 
     def time(self) -> float:
+        """The calling process's clock (the true time outside every process)."""
+        process = PROCESS.get()
+        rate = None if process is None else self._rates.get(process)
+        return self._now if rate is None else START + (self._now - START) * rate
+
+    def true_time(self) -> float:
+        """The service's clock, whoever asks."""
         return self._now
+
+    def set_rate(self, process: str, rate: float) -> None:
+        """`process`'s clock runs at `rate` times the true time (from `START`)."""
+        if rate <= 0:
+            raise ValueError(f"rate must be > 0, got {rate}")
+        self._rates[process] = rate
 
     def _advance(self) -> None:
         scheduled: list[asyncio.TimerHandle] = self._scheduled  # type: ignore[attr-defined]
@@ -93,7 +110,7 @@ class SimLoop(asyncio.SelectorEventLoop):
             return
         self._stalls.setdefault(process, []).append((start, end))
         if math.isfinite(end):
-            self.call_at(end, self._resume, process, context=contextvars.Context())
+            self.true_call_at(end, self._resume, process, context=contextvars.Context())
 
     def revive(self, process: str) -> None:
         """End every stall of `process`, a kill included: what was held back runs now."""
@@ -149,6 +166,25 @@ class SimLoop(asyncio.SelectorEventLoop):
         *args: Any,
         context: contextvars.Context | None = None,
     ) -> asyncio.TimerHandle:
+        caller = PROCESS.get()  # `when` is on the caller's clock
+        rate = None if caller is None else self._rates.get(caller)
+        if rate is not None:
+            true_when = START + (when - START) / rate
+            # Rounded up to where the caller's clock reads `when` at least: a timer that
+            # finds its deadline a hair away sets itself again for the same moment.
+            while START + (true_when - START) * rate < when:
+                true_when = math.nextafter(true_when, math.inf)
+            when = true_when
+        return self.true_call_at(when, callback, *args, context=context)
+
+    def true_call_at(
+        self,
+        when: float,
+        callback: Callable[..., Any],
+        *args: Any,
+        context: contextvars.Context | None = None,
+    ) -> asyncio.TimerHandle:
+        """`call_at` with `when` on the true clock, whoever calls."""
         context = contextvars.copy_context() if context is None else context
         process = context.get(PROCESS)
         if process is None:

@@ -25,6 +25,7 @@ from backends.memory import MemoryBackend
 from worker.backend import Limits
 from worker.errors import TransientBackendError
 from worker.testing.simulation.history import History
+from worker.testing.simulation.loop import SimLoop
 from worker.testing.simulation.schedule import OPERATIONS, Schedule
 from worker.types import (
     BatchResult,
@@ -67,7 +68,7 @@ class Network:
         invoke: Callable[[], Awaitable[T]],
         landed: Callable[[T], None] | None = None,
     ) -> T:
-        loop = asyncio.get_running_loop()
+        loop = _sim_loop()
         if process in self.dead:
             raise TransientBackendError("the process is gone", operation=operation)
         key = (slot, operation)
@@ -76,7 +77,7 @@ class Network:
         fault = self.schedule.fault(slot, operation, ordinal) if operation in OPERATIONS else None
         there = back = self.schedule.latency_s
         if fault is not None:
-            now = loop.time()
+            now = loop.true_time()
             self.history.disturbed(process, now, now + fault.delay_s + 2 * back + 1.0)
             if fault.kind == "refused":
                 raise TransientBackendError(
@@ -90,7 +91,16 @@ class Network:
                 back = -1.0
         self.history.sending(process, operation, handles)
         answer: asyncio.Future[T] = loop.create_future()
-        loop.call_later(there, self._land, invoke, answer, back, landed, context=self._service)
+        # The wire's delays are true seconds, whatever the sender's clock says.
+        loop.true_call_at(
+            loop.true_time() + there,
+            self._land,
+            invoke,
+            answer,
+            back,
+            landed,
+            context=self._service,
+        )
         return await answer
 
     def _land(
@@ -137,6 +147,13 @@ def _answer(answer: asyncio.Future[Any], result: Any, error: BaseException | Non
         answer.set_result(result)
 
 
+def _sim_loop() -> SimLoop:
+    loop = asyncio.get_running_loop()
+    if not isinstance(loop, SimLoop):
+        raise RuntimeError("the simulated network runs on a SimLoop only")
+    return loop
+
+
 class SimBackend:
     """One worker process's `Backend`: its calls go over the `Network`."""
 
@@ -166,7 +183,7 @@ class SimBackend:
     async def receive(
         self, queue: str, *, max_messages: int, wait_s: float, visibility_s: int | None = None
     ) -> Sequence[ReceivedMessage]:
-        asked_at = asyncio.get_running_loop().time()
+        asked_at = _sim_loop().true_time()
 
         def landed(messages: Sequence[ReceivedMessage]) -> None:
             self._history.handed_out(

@@ -13,6 +13,9 @@ What it holds:
   `late` (landed, its answer held `delay_s`), `lost` (landed, never answered), `refused`
   (not sent) or `slow` (held `delay_s` on the way, then landed and answered); every other
   call is answered after the network's latency;
+- flow control (`flow`: none, a rate limit, a cap on the bytes held, adaptive concurrency,
+  or, only when asked for, per-tenant caps over `tenants` message groups);
+- each slot's clock rate (a host whose clock drifts from the service's);
 - stalls of a slot's process (SIGSTOP, a GC pause), SIGTERMs and SIGKILLs at drawn times; a
   process that ends (stopped or killed) is restarted in its slot `restart_s` later, as a pod.
 """
@@ -32,6 +35,8 @@ OPERATIONS = ("receive", "extend", "delete", "release")
 FATED_CALLS = 80
 #: Runs per message whose plan is drawn; later runs are quick and succeed.
 PLANNED_RUNS = 6
+#: The flow controls `draw` picks from (`tenants` only when asked: `draw(seed, flows=...)`).
+FLOWS = ("none", "none", "none", "rate", "bytes", "adaptive")
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +91,13 @@ class Schedule:
     restart_s: float = 2.0
     #: When the fleet is told to stop (seconds from the start).
     duration_s: float = 60.0
+    #: "none", "rate", "bytes", "adaptive" or "tenants" (see `world`).
+    flow: str = "none"
+    #: Message groups the messages are spread over (message i is in group i % tenants);
+    #: 0: no group ids.
+    tenants: int = 0
+    #: Each slot's clock rate against the service's (1.0: none); empty: all 1.0.
+    clock_rates: tuple[float, ...] = ()
     #: Each message's send time (seconds from the start).
     sends: tuple[float, ...] = ()
     #: Each message's runs, in order.
@@ -160,6 +172,7 @@ class Schedule:
         fields["faults"] = tuple(Fault(**f) for f in fields["faults"])
         fields["stalls"] = tuple(Stall(**s) for s in fields["stalls"])
         fields["signals"] = tuple(Signal(**s) for s in fields["signals"])
+        fields["clock_rates"] = tuple(fields.get("clock_rates", ()))
         return cls(**fields)
 
 
@@ -167,8 +180,9 @@ def _drop(items: tuple[Any, ...], index: int) -> tuple[Any, ...]:
     return items[:index] + items[index + 1 :]
 
 
-def draw(seed: int) -> Schedule:
-    """The schedule of `seed`: the same seed, the same schedule, on any machine."""
+def draw(seed: int, *, flows: tuple[str, ...] = FLOWS) -> Schedule:
+    """The schedule of `seed`: the same seed, the same schedule, on any machine. `flows`:
+    the flow controls to pick from (each as likely as it is repeated)."""
     rng = random.Random(seed)
     dialect = "smq" if rng.random() < 0.2 else "sqs"
     visibility = rng.choice((3, 4, 6, 10, 30))
@@ -206,8 +220,15 @@ def draw(seed: int) -> Schedule:
         for kind in ("term", "kill")
         if rng.random() < 0.3
     )
+    flow = rng.choice(flows)
+    tenants = rng.choice((0, 2, 3)) if flow != "tenants" else rng.choice((2, 3))
+    skewed = rng.random() < 0.3
+    rates = tuple(round(rng.uniform(0.98, 1.02), 4) for _ in range(slots)) if skewed else ()
     return Schedule(
         seed=seed,
+        flow=flow,
+        tenants=tenants,
+        clock_rates=rates,
         dialect=dialect,
         slots=slots,
         visibility_s=visibility,

@@ -33,8 +33,15 @@ from backends.memory import MemoryBackend
 from backends.memory.dialects import SMQ_DIALECT, SQS_DIALECT
 from backends.memory.engine import MemoryEngine
 from worker.app import Worker
-from worker.clock import LoopClock
-from worker.config import LeaseConfig, ShutdownConfig, WorkerConfig
+from worker.config import (
+    AdaptiveConcurrency,
+    FlowControl,
+    LeaseConfig,
+    RateLimit,
+    ShutdownConfig,
+    TenantCap,
+    WorkerConfig,
+)
 from worker.message import Message
 from worker.runtime.supervisor import Supervisor
 from worker.testing.simulation.history import History, Run, Violation
@@ -50,6 +57,22 @@ DEAD_LETTERS = "jobs-dlq"
 #: How long after the stop a process may take to end before it counts as hung: its grace,
 #: a long poll, the flush, and room for calls that time out.
 _SHUTDOWN_SLACK_S = 120.0
+
+
+class _ServiceClock:
+    """The engine's clock: the true time, whichever process's call reads it."""
+
+    def __init__(self, loop: SimLoop) -> None:
+        self._loop = loop
+
+    def now(self) -> float:
+        return self._loop.true_time()
+
+    def wall_offset_s(self) -> float:
+        return 1_700_000_000.0
+
+    async def sleep_until(self, deadline: float) -> None:
+        await asyncio.sleep(max(0.0, deadline - self.now()))
 
 
 class SimulatedFailure(Exception):
@@ -101,7 +124,7 @@ def _logs_to(logs: list[MutableMapping[str, Any]], loop: SimLoop) -> Iterator[No
     structlog's `capture_logs`, which this extends)."""
 
     def stamp(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
-        event["t"] = round(loop.time(), 6)
+        event["t"] = round(loop.true_time(), 6)
         event["process"] = PROCESS.get()
         return event
 
@@ -121,7 +144,7 @@ class _World:
         self.schedule = schedule
         dialect = SMQ_DIALECT if schedule.dialect == "smq" else SQS_DIALECT
         self.engine = MemoryEngine(
-            LoopClock(), dialect=dialect, epoch=f"{schedule.seed:012x}"[-12:]
+            _ServiceClock(loop), dialect=dialect, epoch=f"{schedule.seed:012x}"[-12:]
         )
         self.service = MemoryBackend(self.engine)
         self.history = History(self.engine, QUEUE, DEAD_LETTERS, [""] * len(schedule.sends))
@@ -175,9 +198,11 @@ class _World:
     async def _send_all(self) -> None:
         """Send each message at its time, in the schedule's order (the index is its name)."""
         for index, at in sorted(enumerate(self.schedule.sends), key=lambda sent: sent[1]):
-            await asyncio.sleep(START + at - self.loop.time())
+            await asyncio.sleep(START + at - self.loop.true_time())
             body = json.dumps({"m": index})
-            result = self.engine.send(QUEUE, [OutgoingMessage(body=body)])
+            tenants = self.schedule.tenants
+            group = f"t{index % tenants}" if tenants else None
+            result = self.engine.send(QUEUE, [OutgoingMessage(body=body, group_id=group)])
             self.history.sent(index, result.message_ids[result.succeeded[0]])
 
     # -- processes ------------------------------------------------------------------------
@@ -216,7 +241,7 @@ class _World:
 
     def _overdue(self, name: str) -> bool:
         stopped_at = START + self.schedule.duration_s
-        return self.loop.time() > stopped_at + self.schedule.grace_s + _SHUTDOWN_SLACK_S
+        return self.loop.true_time() > stopped_at + self.schedule.grace_s + _SHUTDOWN_SLACK_S
 
     async def _process(self, slot: int, name: str) -> None:
         schedule = self.schedule
@@ -226,7 +251,10 @@ class _World:
             receive_concurrency=schedule.receive_concurrency,
             lease=LeaseConfig(visibility_s=schedule.visibility_s),
             shutdown=ShutdownConfig(grace_s=schedule.grace_s),
+            flow=_flow(schedule.flow),
         )
+        if schedule.clock_rates:
+            self.loop.set_rate(name, schedule.clock_rates[slot])
         app = Worker(config, name=name)
         app.handler(QUEUE, on_error=schedule.on_error)(self._handler())
         supervisor = Supervisor(app, self.network.backend(slot, name))
@@ -248,7 +276,7 @@ class _World:
             try:
                 await asyncio.sleep(plan.duration_s)
                 if plan.blocks_s:
-                    now = self.loop.time()
+                    now = self.loop.true_time()
                     self.history.disturbed(process, now, now + plan.blocks_s)
                     await self.loop.block(plan.blocks_s)
                 message.lease.ensure_held()
@@ -278,7 +306,7 @@ class _World:
         name = self.current.get(slot)
         if name is None or name in self.history.killed:
             return
-        now = self.loop.time()
+        now = self.loop.true_time()
         self.loop.stall(name, now, now + length_s)
         self.history.disturbed(name, now, now + length_s)
 
@@ -287,10 +315,10 @@ class _World:
         if name is None or name in self.history.killed or self.tasks[name].done():
             return
         if kind == "kill":
-            self.loop.stall(name, self.loop.time())
+            self.loop.stall(name, self.loop.true_time())
             self.history.kill(name)
             return
-        self.history.disturbed(name, self.loop.time())
+        self.history.disturbed(name, self.loop.true_time())
         supervisor = self.supervisors.get(name)
         if supervisor is None:
             self._terms.add(name)  # not started yet: told when it starts
@@ -309,6 +337,19 @@ class _World:
             self.loop.revive(name)
             with _swallow():
                 await asyncio.wait([task], timeout=_SHUTDOWN_SLACK_S)
+
+
+def _flow(kind: str) -> FlowControl:
+    """The flow control a schedule names."""
+    if kind == "rate":
+        return FlowControl(rate=RateLimit(per_s=2.0))
+    if kind == "bytes":
+        return FlowControl(max_bytes=20)  # two or three bodies
+    if kind == "adaptive":
+        return FlowControl(adaptive=AdaptiveConcurrency())
+    if kind == "tenants":
+        return FlowControl(tenants=TenantCap(per_tenant=1, release_s=2))
+    return FlowControl()
 
 
 async def _request_shutdown(supervisor: Supervisor) -> None:
