@@ -118,7 +118,9 @@ class SimLoop(asyncio.SelectorEventLoop):
         self._resume(process)
 
     def stalled(self, process: str) -> bool:
-        now = self._now
+        # A stall ends a clock resolution early: the loop runs a timer that much before its
+        # time, so the resume at `end` must find the stall over.
+        now = self._now + self._clock_resolution
         return any(start <= now < end for start, end in self._stalls.get(process, ()))
 
     async def block(self, seconds: float) -> None:
