@@ -32,7 +32,7 @@ from worker import (
     WorkerConfig,
 )
 from worker.clock import LoopClock
-from worker.core.lease import Lease
+from worker.core.lease import Lease, held_for
 from worker.runtime.lease_keeper import LeaseKeeper
 from worker.runtime.metrics import Metrics
 from worker.testing import WorkerHarness, run_worker
@@ -232,7 +232,7 @@ async def test_transient_renewal_failures_are_retried_before_the_deadline() -> N
     assert record.outcome is Outcome.SUCCEEDED
     times = [call.at for call in backend.of("extend")]
     # Due at 20 (30 s visibility, 10 s margin); five failures, retried a second apart.
-    assert times[:6] == pytest.approx([20, 21, 22, 23, 24, 25], abs=0.01)
+    assert times[:6] == pytest.approx([held_for(30) - 10 + i for i in range(6)], abs=0.01)
     assert _lapsed(harness) == 0
 
 
@@ -252,7 +252,7 @@ async def test_a_partition_longer_than_the_margin_loses_the_lease() -> None:
     # The lapsed message came back and was received again; that lease lapsed too.
     assert _lapsed(harness) >= 1
     first_lease = [call.at for call in backend.of("extend") if call.at < 30]
-    assert first_lease == pytest.approx([20.0 + i for i in range(10)], abs=0.01)
+    assert first_lease == pytest.approx([held_for(30) - 10 + i for i in range(10)], abs=0.01)
 
 
 async def test_handler_can_extend_its_own_lease() -> None:
@@ -270,7 +270,7 @@ async def test_handler_can_extend_its_own_lease() -> None:
     async with run_worker(app, backend=backend) as harness:
         [record] = await harness.wait_for_handled(1)
     assert record.outcome is Outcome.SUCCEEDED
-    assert deadlines == [pytest.approx(600, abs=0.01)]
+    assert deadlines == [pytest.approx(held_for(600), abs=0.01)]
     assert [c.visibility for c in backend.of("extend")] == [(600,)]
 
 
@@ -363,7 +363,9 @@ async def test_an_extension_asked_for_while_a_renewal_is_out_is_not_lost() -> No
     async with run_worker(app, backend=backend) as harness:
         [record] = await harness.wait_for_handled(1)
     assert record.outcome is Outcome.SUCCEEDED
-    assert time_left == [pytest.approx(899, abs=0.01)]  # 900 s from the second call, at 21 s
+    assert time_left == [
+        pytest.approx(held_for(900) - 1, abs=0.01)
+    ]  # 900 s from the 2nd call, at 21 s
 
 
 async def test_a_release_while_a_renewal_is_out_stops_renewals_for_good() -> None:
@@ -393,10 +395,11 @@ async def test_a_release_while_a_renewal_is_out_stops_renewals_for_good() -> Non
         await harness.wait_until_idle()
     assert [r.outcome for r in records] == [Outcome.FAILED, Outcome.SUCCEEDED]
     release = backend.of("release")[-1]
-    # The renewal sent at 20 s (recorded when it reached the engine, at 21 s) was the last:
-    # nothing renewed the lease after the release was decided.
+    # The renewal sent at 20 s (the margin before the deadline, less the clock's drift
+    # allowance; recorded when it reached the engine, 1 s later) was the last: nothing
+    # renewed the lease after the release was decided.
     [extend] = backend.of("extend")
-    assert extend.at == pytest.approx(21, abs=0.01)
+    assert extend.at == pytest.approx(held_for(30) - 9, abs=0.01)
     assert release.at >= extend.at  # the release waited for the renewal's answer
     assert backend.inner.engine.peek("jobs", message_id) is None
 
@@ -422,7 +425,7 @@ async def test_a_renewal_never_answered_loses_the_lease_at_its_deadline() -> Non
     async with run_worker(app, backend=backend) as harness:
         [record, *_] = await harness.wait_for_handled(1)
     assert record.outcome is Outcome.LEASE_LOST
-    assert cancelled_at[0] == pytest.approx(30, abs=0.01)  # the deadline, not a read timeout
+    assert cancelled_at[0] == pytest.approx(held_for(30), abs=0.01)  # the deadline, not a timeout
     assert _lapsed(harness) >= 1
 
 
@@ -775,7 +778,7 @@ async def test_an_extend_request_is_kept_until_it_succeeds() -> None:
         [record] = await harness.wait_for_handled(1)
     assert record.outcome is Outcome.SUCCEEDED
     assert [c.visibility for c in backend.of("extend")] == [(600,), (600,)]
-    assert time_left == [pytest.approx(600, abs=0.01)]  # counted from the retry
+    assert time_left == [pytest.approx(held_for(600), abs=0.01)]  # counted from the retry
 
 
 async def test_abandoned_extend_calls_leave_no_request_behind() -> None:

@@ -51,3 +51,28 @@ async def test_a_release_refused_before_it_was_sent_is_retried() -> None:
     outcomes = await _run(backend)
     assert outcomes == [Outcome.FAILED, Outcome.SUCCEEDED]
     assert [call.operation for call in backend.calls].count("release") == 2
+
+
+async def test_a_released_message_received_again_before_the_answer_runs_on_that_receive() -> None:
+    """The worker's own long poll takes the message its release just made visible, before
+    the release's answer is back: that receive is a new delivery, run at once, not adopted
+    into the releasing lease and released again (which would cost each failure two receives
+    toward the dead-letter queue)."""
+    backend = FaultyBackend(MemoryBackend())
+    backend.late("release", by_s=1.0)  # lands at once; its answer comes a second later
+    app = Worker(WorkerConfig(lease=LeaseConfig(visibility_s=10), wait_s=5))
+    receive_counts: list[int] = []
+
+    @app.handler("jobs", on_error="release")
+    async def job(message: Message) -> None:
+        receive_counts.append(message.receive_count)
+        if len(receive_counts) == 1:
+            raise RuntimeError("the first run fails")
+
+    await backend.create_queue(QueueSpec("jobs", visibility_timeout_s=10))
+    await backend.inner.send("jobs", [OutgoingMessage(body="{}")])
+    async with run_worker(app, backend=backend) as harness:
+        handled = await harness.wait_for_handled(2)
+    assert [record.outcome for record in handled] == [Outcome.FAILED, Outcome.SUCCEEDED]
+    assert receive_counts == [1, 2]
+    assert [call.operation for call in backend.calls].count("release") == 1

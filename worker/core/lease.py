@@ -43,7 +43,19 @@ from worker.core.settlement import Outcome
 from worker.errors import LeaseLostError
 from worker.types import ReceivedMessage
 
-__all__ = ["Lease", "LeaseState", "LeaseView"]
+__all__ = ["CLOCK_DRIFT", "Lease", "LeaseState", "LeaseView", "held_for"]
+
+#: How much slower than the service's the worker's clock may run (0.05%, 500 ppm: the most
+#: NTP ever slews a clock, and ten times a disciplined clock's error). A visibility of V
+#: seconds is held for V less this share by the worker's clock, so that a worker whose clock
+#: runs slow never believes a lease the service has already let go.
+CLOCK_DRIFT = 5e-4
+
+
+def held_for(visibility_s: float) -> float:
+    """How long, by the worker's clock, a visibility of `visibility_s` surely lasts at the
+    service (see `CLOCK_DRIFT`)."""
+    return visibility_s * (1.0 - CLOCK_DRIFT)
 
 
 class _Cancellable(Protocol):
@@ -102,7 +114,7 @@ class Lease:
         self.message_id = message_id
         self.receipt_handle = receipt_handle
         self.received_at = received_at
-        self.deadline = received_at + visibility_s
+        self.deadline = received_at + held_for(visibility_s)
         # The caps are kept as spans (the caller's own numbers, shared by every lease) and
         # added to received_at when read: two floats fewer per message in flight.
         self._max_lease_s = max_lease_s
@@ -183,6 +195,11 @@ class Lease:
     def invisible_until(self) -> float:
         """The service's cap (SQS: 12 h from the receive): no release asks past it."""
         return self.received_at + self._invisible_for
+
+    @property
+    def releasing(self) -> bool:
+        """A release of it is decided (queued or on the wire): renewals have stopped."""
+        return self.state is LeaseState.SETTLING and not self.tracked
 
     @property
     def active(self) -> bool:

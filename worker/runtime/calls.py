@@ -73,6 +73,11 @@ async def hedged_call_by(
 
     async def attempt() -> None:
         sent_at = anyio.current_time()
+        if sent_at >= deadline:  # started before a stall that ran past it: never sent
+            errors.append(no_answer(operation, queue, "DeadlineReached"))
+            if len(errors) == sent:
+                settled.set()
+            return
         try:
             answer = await call()
         except Exception as error:  # the caller maps it (as_backend_error)

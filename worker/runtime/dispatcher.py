@@ -10,7 +10,10 @@ Rules:
 - A message is never handled twice at once in this process. When a receive returns a
   message this process already holds (a second copy in one receive, or a redelivery after
   its visibility lapsed), the held lease adopts the newer receipt handle and deadline, and
-  the copy is dropped: the running handler goes on and settles with the newest handle.
+  the copy is dropped: the running handler goes on and settles with the newest handle. A
+  copy of a message whose release is under way is a new delivery instead: it can only have
+  been received once the release landed (or the lease lapsed), and the old handle's release
+  is refused once the message is received again.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Any
 
 import structlog
 
-from worker.core.lease import Lease
+from worker.core.lease import Lease, held_for
 from worker.core.settlement import Outcome
 from worker.registry import HandlerSpec
 from worker.runtime.batches import Batches
@@ -65,11 +68,14 @@ class Dispatcher:
         """True if `received` is a copy of a message held here; its lease takes the handle."""
         held = self._held.get(received.queue)
         lease = None if held is None else held.get(received.message_id)
-        if lease is None or not lease.active:
+        if lease is None or not lease.active or lease.releasing:
+            # Released (the release landed, or its lease lapsed): the copy is a new
+            # delivery, run as any other. Adopted into the releasing lease, it would only be
+            # released again, and each failure would cost two receives toward the DLQ.
             return False
         # The service counts the new handle's visibility from this receive, whatever an
         # earlier renewal of the old handle said.
-        self._keeper.adopt(lease, received.receipt_handle, sent_at + visibility_s)
+        self._keeper.adopt(lease, received.receipt_handle, sent_at + held_for(visibility_s))
         self._log.info(
             "message.received_while_held",
             queue=received.queue,

@@ -64,7 +64,7 @@ from worker.backend import Backend
 from worker.clock import Clock
 from worker.config import LeaseConfig
 from worker.core.histogram import DurationHistogram
-from worker.core.lease import Lease, LeaseState
+from worker.core.lease import Lease, LeaseState, held_for
 from worker.core.schedule import LeaseSchedule
 from worker.core.settlement import Outcome
 from worker.errors import TransientBackendError
@@ -387,6 +387,12 @@ class LeaseKeeper:
         return chosen
 
     async def _renew(self, queue: str, renewals: Sequence[_Renewal]) -> None:
+        # Checked again as the call goes out (no await from here to the wire): the process
+        # may have stalled since the leases were chosen, and a renewal with the handle of a
+        # lease that lapsed meanwhile could hide another consumer's message again.
+        renewals = self._unlapsed(renewals)
+        if not renewals:
+            return
         entries = [
             VisibilityChange(str(i), lease.receipt_handle, visibility)
             for i, (lease, visibility, _) in enumerate(renewals)
@@ -433,6 +439,21 @@ class LeaseKeeper:
                 visibility_s=max(v for _, v, _ in renewals),
             )
         self._apply(result, renewals, [entry.receipt_handle for entry in entries], sent_at)
+
+    def _unlapsed(self, renewals: Sequence[_Renewal]) -> Sequence[_Renewal]:
+        """`renewals` less those whose lease's deadline has passed by now (lost here)."""
+        now = self._clock.now()
+        if all(now < lease.deadline for lease, _, _ in renewals):
+            return renewals
+        kept = []
+        for renewal in renewals:
+            lease = renewal[0]
+            if now < lease.deadline:
+                kept.append(renewal)
+            else:
+                self._end_extension(lease)
+                self.lapsed(lease, now)  # lost now, if nothing else had lost it
+        return kept
 
     def _call_failed(self, queue: str, leases: int, error: Exception, retry: str) -> None:
         code = getattr(error, "code", "") or type(error).__name__
@@ -525,7 +546,7 @@ class LeaseKeeper:
         self._metrics.time_to_deadline.labels(lease.queue).observe(
             max(0.0, lease.deadline - sent_at)
         )
-        lease.deadline = sent_at + visibility
+        lease.deadline = sent_at + held_for(visibility)
         lease.renewals += 1
         if lease.requested_visibility_s is not None and lease.requested_visibility_s == asked:
             lease.requested_visibility_s = None  # the handler's request is answered

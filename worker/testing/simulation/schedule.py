@@ -15,7 +15,8 @@ What it holds:
   call is answered after the network's latency;
 - flow control (`flow`: none, a rate limit, a cap on the bytes held, adaptive concurrency,
   or, only when asked for, per-tenant caps over `tenants` message groups);
-- each slot's clock rate (a host whose clock drifts from the service's);
+- each slot's clock rate (a host whose clock drifts from the service's: slower by at most
+  the drift the runtime allows for, `worker.core.lease.CLOCK_DRIFT`, or up to 2% faster);
 - stalls of a slot's process (SIGSTOP, a GC pause), SIGTERMs and SIGKILLs at drawn times; a
   process that ends (stopped or killed) is restarted in its slot `restart_s` later, as a pod.
 """
@@ -26,6 +27,8 @@ import json
 import random
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
+
+from worker.core.lease import CLOCK_DRIFT
 
 __all__ = ["Attempt", "Fault", "Schedule", "draw"]
 
@@ -223,7 +226,9 @@ def draw(seed: int, *, flows: tuple[str, ...] = FLOWS) -> Schedule:
     flow = rng.choice(flows)
     tenants = rng.choice((0, 2, 3)) if flow != "tenants" else rng.choice((2, 3))
     skewed = rng.random() < 0.3
-    rates = tuple(round(rng.uniform(0.98, 1.02), 4) for _ in range(slots)) if skewed else ()
+    # Slow by at most the drift the runtime allows for (`CLOCK_DRIFT`), fast by up to 2%.
+    slowest = 1.0 - 0.9 * CLOCK_DRIFT
+    rates = tuple(round(rng.uniform(slowest, 1.02), 6) for _ in range(slots)) if skewed else ()
     return Schedule(
         seed=seed,
         flow=flow,
