@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import re
 import signal
 import threading
 import time
@@ -40,6 +41,8 @@ from dataclasses import dataclass
 __all__ = ["Exchange", "Hold", "HttpDelayProxy", "operation", "running"]
 
 _HEAD_LIMIT = 64 * 1024
+#: A message id in an SQS answer: the JSON protocol's field, or the query protocol's element.
+_MESSAGE_IDS = re.compile(rb'"MessageId"\s*:\s*"([^"]+)"|<MessageId>([^<]+)</MessageId>')
 _SMQ_MESSAGE_CALLS = {
     "PUT": "ChangeMessageVisibility",
     "GET": "ReceiveMessage",
@@ -76,6 +79,10 @@ class Exchange:
     held_s: float = 0.0
     client_gone: bool = False
     answer: bytes = b""
+
+    def carried(self) -> list[str]:
+        """The message ids in the answer (a ReceiveMessage's messages), in order."""
+        return [(a or b).decode() for a, b in _MESSAGE_IDS.findall(self.answer)]
 
 
 @dataclass

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import signal
 import sys
 import tempfile
@@ -59,7 +58,6 @@ __all__ = ["LateSettings", "PollSettings", "main", "run_sigterm_poll", "run_smq_
 __all__ += ["run_sqs_late"]
 
 _CHANGE = frozenset({"ChangeMessageVisibility", "ChangeMessageVisibilityBatch"})
-_IDS = re.compile(rb'"MessageId"\s*:\s*"([^"]+)"|<MessageId>([^<]+)</MessageId>')
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,10 +213,6 @@ def run_sqs_late(s: LateSettings = SQS_LATE, out: Path | None = None) -> Report:
     return report
 
 
-def _carried(exchange: Exchange) -> list[str]:
-    return [(a or b).decode() for a, b in _IDS.findall(exchange.answer)]
-
-
 def run_sigterm_poll(s: PollSettings = PollSettings(), out: Path | None = None) -> Report:
     out, queue = _out(out, "sigterm-poll"), "chaos-sigterm-poll"
     report = Report("sigterm-poll")
@@ -300,7 +294,7 @@ def _poll_then_term(
             (
                 e
                 for e in proxy.exchanges
-                if e.operation == "ReceiveMessage" and e.answered_at and _carried(e)
+                if e.operation == "ReceiveMessage" and e.answered_at and e.carried()
             ),
             None,
         )
@@ -324,7 +318,7 @@ def _poll_then_term(
             break
         time.sleep(0.05)
     exchange = held()
-    return _carried(exchange) if exchange else [], exchange, process.poll(), exited - sent, counts
+    return exchange.carried() if exchange else [], exchange, process.poll(), exited - sent, counts
 
 
 # -- the command line -------------------------------------------------------------------------
