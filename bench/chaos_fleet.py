@@ -99,7 +99,9 @@ def wait_until(condition: Callable[[], bool], timeout_s: float, poll_s: float = 
 class SqsQueues:
     """A queue and its DLQ on a serve-sqs process, through the harness's own client."""
 
-    def __init__(self, sqs: Sqs, name: str, max_receive_count: int) -> None:
+    def __init__(
+        self, sqs: Sqs, name: str, max_receive_count: int, visibility_s: int | None = None
+    ) -> None:
         self.sqs = sqs
         self.name = name
         self.dlq_url = sqs.call("CreateQueue", QueueName=f"{name}-dlq")["QueueUrl"]
@@ -107,6 +109,8 @@ class SqsQueues:
         policy = {"deadLetterTargetArn": arn["Attributes"]["QueueArn"]}
         policy["maxReceiveCount"] = str(max_receive_count)
         attributes = {"RedrivePolicy": json.dumps(policy)}
+        if visibility_s is not None:  # else the service's default (SQS: 30 s)
+            attributes["VisibilityTimeout"] = str(visibility_s)
         self.url = sqs.call("CreateQueue", QueueName=name, Attributes=attributes)["QueueUrl"]
 
     def send(self, count: int) -> list[str]:
@@ -244,11 +248,15 @@ class Workers:
     endpoint: str
     env: Mapping[str, str]
     extra_args: tuple[str, ...] = ()
+    #: The app (`module:attribute`) and the folder the workers start in; another checkout of
+    #: the runtime (bench/late_receives.py) comes with its folder on `PYTHONPATH` in `env`.
+    app: str = APP
+    cwd: Path = ROOT
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
     pauses: list[Pause] = field(default_factory=list)
 
     def command(self) -> list[str]:
-        args = [sys.executable, "-m", "worker", "run", APP, "--backend", self.backend]
+        args = [sys.executable, "-m", "worker", "run", self.app, "--backend", self.backend]
         args += ["--endpoint-url", self.endpoint, "--log-format", "json", "--log-level", "info"]
         if self.backend == "sqs":
             args += ["--region", "us-east-1"]
@@ -261,7 +269,7 @@ class Workers:
         with log.open("wb") as stderr:
             process = subprocess.Popen(
                 self.command(),
-                cwd=ROOT,
+                cwd=self.cwd,
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
