@@ -2,7 +2,8 @@
 answer that carried its message comes late?
 
     python -m bench.late_receives [--scenario a b c] [--tree new=. --tree old=../wt-old]
-        [--sqs-client lean botocore] [--messages 5] [--hold-s S] [--work-s S] [--out DIR]
+        [--sqs-client lean botocore] [--messages 5] [--hold-s S] [--work-s S] [--alone]
+        [--out DIR]
 
 Each scenario runs `lease-worker serve-sqs` on 127.0.0.1 (this checkout's), a queue with the
 scenario's visibility and a DLQ (maxReceiveCount 5), and sends its messages. Then two
@@ -10,7 +11,8 @@ scenario's visibility and a DLQ (maxReceiveCount 5), and sends its messages. The
 - `held`, through bench/http_delay.py's proxy, which forwards every call at once and holds
   the answer of every ReceiveMessage `hold_s` (nothing else is held);
 - `direct`, started once `held`'s first receive has taken the messages, polling the same
-  queue straight from serve-sqs: the consumer that gets a message whose lease lapsed.
+  queue straight from serve-sqs: the consumer that gets a message whose lease lapsed
+  (`--alone`: none, to see what the held worker does with the messages by itself).
 Each handler works `work_s`, asks `message.lease.ensure_held()`, and appends its side effect
 to one shared file (bench/late_ledger.py reads it back). A scenario ends once the queue is
 empty, no held answer carrying messages is still on its way and no handler runs; then both
@@ -24,6 +26,8 @@ Scenarios (leases and long polls are the `WorkerConfig` defaults, but for `--vis
 - `a`: every receive answer held 8 s, on 6 s leases (handlers of 2.5 s);
 - `b`: held 3 s, on 6 s leases (handlers of 2.5 s);
 - `c`: the defaults (30 s leases, no `--visibility-s`), answers held 15 s, handlers of 16 s.
+In `b` a run of the code before the fix (3 s late, 2.5 s of work) ends before the service's
+visibility does, so it shows nothing; `--work-s 4` makes the run outlast it.
 
 Measured (bench/late_ledger.py has the rules): overlaps (two runs of one message at once),
 side effects made after the lease had lapsed at the service (`ensure_held()` passed, yet the
@@ -69,6 +73,8 @@ class Scenario:
     visibility_s: int | None
     messages: int = 5
     max_receive_count: int = 5
+    #: No `direct` worker: what the held worker does with the messages by itself.
+    alone: bool = False
     #: The longest the scenario may take to empty its queue.
     timeout_s: float = 180.0
 
@@ -160,7 +166,8 @@ def _play(
         return "the held worker took no message within 60 s"
     if held.exited():
         return f"the held worker exited: {held.tail(held.pids[0], 3)}"
-    direct.start()
+    if not s.alone:
+        direct.start()
 
     def over() -> bool:
         return _quiet(queues, proxy, held) or bool(held.exited() or direct.exited())
@@ -260,7 +267,8 @@ def _details(runs: list[Run], receives: list[Receive]) -> list[str]:
 
 def _scenario(s: Scenario) -> str:
     visibility = "30 (default)" if s.visibility_s is None else str(s.visibility_s)
-    return f"{s.name}: held {s.hold_s:g} s, visibility {visibility} s, work {s.work_s:g} s"
+    alone = ", no direct worker" if s.alone else ""
+    return f"{s.name}: held {s.hold_s:g} s, visibility {visibility} s, work {s.work_s:g} s{alone}"
 
 
 def _lost_shown(counts: Counter[str]) -> str:
@@ -309,11 +317,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=5)
     parser.add_argument("--hold-s", type=float, help="instead of each scenario's own")
     parser.add_argument("--work-s", type=float, help="instead of each scenario's own")
+    parser.add_argument("--alone", action="store_true", help="start no direct worker")
     parser.add_argument("--out", type=Path, help="a folder per run under it (default: tmp)")
     args = parser.parse_args(argv)
     results = []
     for name in args.scenario:
-        s = replace(SCENARIOS[name], messages=args.messages)
+        s = replace(SCENARIOS[name], messages=args.messages, alone=args.alone)
         s = replace(s, hold_s=args.hold_s or s.hold_s, work_s=args.work_s or s.work_s)
         for tree in args.tree or [Setup("new")]:
             for client in args.sqs_client:
