@@ -502,7 +502,8 @@ class WorkerConfig:
         less the renewal margin. A lease is dated from when its receive was sent (the only
         time the worker can prove is not later than the hand-out), so a message handed out
         at the end of a long poll arrives with its visibility less the wait left: the cap
-        leaves it at least the margin, which is what a renewal needs to land in time."""
+        leaves it at least the margin (less the answer's way back), which is what a renewal
+        needs to land in time."""
         lease = self.lease
         return max(0, min(self.wait_s, math.floor(lease.visibility_s - lease.renew_margin_s)))
 
