@@ -19,8 +19,13 @@ from worker.types import OutgoingMessage, QueueSpec
 pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
 
 
-async def _run(backend: FaultyBackend[MemoryBackend]) -> list[Outcome]:
-    app = Worker(WorkerConfig(lease=LeaseConfig(visibility_s=10), call_timeout_s=1, wait_s=1))
+async def _run(
+    backend: FaultyBackend[MemoryBackend], *, wait_s: int = 1
+) -> tuple[list[Outcome], list[int]]:
+    """A message whose first run fails (released at once) and second succeeds: the outcomes,
+    and the receive count each run saw."""
+    config = WorkerConfig(lease=LeaseConfig(visibility_s=10), call_timeout_s=1, wait_s=wait_s)
+    app = Worker(config)
     runs: list[int] = []
 
     @app.handler("jobs", on_error="release")
@@ -34,13 +39,13 @@ async def _run(backend: FaultyBackend[MemoryBackend]) -> list[Outcome]:
     async with run_worker(app, backend=backend) as harness:
         handled = await harness.wait_for_handled(2)
         await anyio.sleep(15)  # any retry would have gone out by now
-    return [record.outcome for record in handled]
+    return [record.outcome for record in handled], runs
 
 
 async def test_a_release_whose_answer_was_lost_is_not_sent_again() -> None:
     backend = FaultyBackend(MemoryBackend())
     backend.lose("release")  # lands (the message is visible at once), never answered
-    outcomes = await _run(backend)
+    outcomes, _ = await _run(backend)
     assert outcomes == [Outcome.FAILED, Outcome.SUCCEEDED]
     assert [call.operation for call in backend.calls].count("release") == 1
 
@@ -48,7 +53,7 @@ async def test_a_release_whose_answer_was_lost_is_not_sent_again() -> None:
 async def test_a_release_refused_before_it_was_sent_is_retried() -> None:
     backend = FaultyBackend(MemoryBackend())
     backend.refuse("release", TransientBackendError("throttled", code="Throttling"))
-    outcomes = await _run(backend)
+    outcomes, _ = await _run(backend)
     assert outcomes == [Outcome.FAILED, Outcome.SUCCEEDED]
     assert [call.operation for call in backend.calls].count("release") == 2
 
@@ -60,19 +65,7 @@ async def test_a_released_message_received_again_before_the_answer_runs_on_that_
     toward the dead-letter queue)."""
     backend = FaultyBackend(MemoryBackend())
     backend.late("release", by_s=1.0)  # lands at once; its answer comes a second later
-    app = Worker(WorkerConfig(lease=LeaseConfig(visibility_s=10), wait_s=5))
-    receive_counts: list[int] = []
-
-    @app.handler("jobs", on_error="release")
-    async def job(message: Message) -> None:
-        receive_counts.append(message.receive_count)
-        if len(receive_counts) == 1:
-            raise RuntimeError("the first run fails")
-
-    await backend.create_queue(QueueSpec("jobs", visibility_timeout_s=10))
-    await backend.inner.send("jobs", [OutgoingMessage(body="{}")])
-    async with run_worker(app, backend=backend) as harness:
-        handled = await harness.wait_for_handled(2)
-    assert [record.outcome for record in handled] == [Outcome.FAILED, Outcome.SUCCEEDED]
+    outcomes, receive_counts = await _run(backend, wait_s=5)  # a long poll waits meanwhile
+    assert outcomes == [Outcome.FAILED, Outcome.SUCCEEDED]
     assert receive_counts == [1, 2]
     assert [call.operation for call in backend.calls].count("release") == 1
