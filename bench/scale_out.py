@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from bench._plots import plot
-from bench.side_by_side import Row
+from bench.side_by_side import Row, ratio
 
 
 def _config(row: Row) -> str:
@@ -49,7 +49,7 @@ def table(rows: list[Row]) -> list[str]:
             cpu_ms = 1000 * row.worker_cpu_s / row.messages
             lines.append(
                 f"| {config} | {n} | {row.rate:,.0f} | **{row.rate / n:,.0f}** | "
-                f"{cpu_ms:.3f} | {1000 / cpu_ms:,.0f} | "
+                f"{cpu_ms:.3f} | {ratio(1000, cpu_ms):,.0f} | "
                 f"{1000 * row.server_cpu_s / row.messages:.3f} |"
             )
     if len(lines) == 2:

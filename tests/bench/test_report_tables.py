@@ -70,6 +70,17 @@ def test_scale_out_keeps_configurations_measured_at_several_process_counts() -> 
     assert "| lease-worker | 2 | 7,000 | **3,500** | 0.210 | 4,762 | 0.050 |" in table
 
 
+def test_scale_out_reads_a_cpu_time_under_procs_clock_tick_as_nan() -> None:
+    """A scale-out row whose worker CPU read 0 (under /proc's 10 ms tick, at smoke size)
+    shows nan messages per CPU-second (the report once failed there, dividing by zero)."""
+    rows = [
+        row(named("lease-worker"), 4_000, 0.0),
+        row(named("lease-worker, 2 processes"), 7_000, 0.0),
+    ]
+    table = scale_out.table(rows)
+    assert "| lease-worker | 1 | 4,000 | **4,000** | 0.000 | nan | 0.050 |" in table
+
+
 def test_scale_out_says_so_when_nothing_ran_twice(tmp_path: Path) -> None:
     rows = _rows()[:1]
     assert scale_out.table(rows)[0].startswith("(not measured")
