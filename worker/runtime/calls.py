@@ -106,8 +106,10 @@ async def hedged_call_by(
 
 
 #: Failures after which a call may have landed: no answer came in time (the runtime's own
-#: deadline), or the connection broke after the request went out (the lean client's and
-#: botocore's and aiohttp's names for a read that timed out or an answer cut short).
+#: deadline), or the connection broke after the request may have gone out (the lean
+#: client's, botocore's and aiohttp's names for a read that timed out, an answer cut short
+#: or a connection that failed). Broad on purpose: a release wrongly taken for landed only
+#: waits for its lease's deadline.
 _NO_ANSWER = frozenset(
     {
         "Timeout",
@@ -122,6 +124,12 @@ _NO_ANSWER = frozenset(
         "ClientPayloadError",
         "TimeoutError",
         "ConnectionResetError",
+        "ConnectionError",
+        "BrokenPipeError",
+        "ServerTimeoutError",
+        "ClientOSError",
+        "ClientConnectionError",
+        "HTTPClientError",
     }
 )
 

@@ -11,9 +11,10 @@ Rules:
   message this process already holds (a second copy in one receive, or a redelivery after
   its visibility lapsed), the held lease adopts the newer receipt handle and deadline, and
   the copy is dropped: the running handler goes on and settles with the newest handle. A
-  copy of a message whose release is under way is a new delivery instead: it can only have
-  been received once the release landed (or the lease lapsed), and the old handle's release
-  is refused once the message is received again.
+  copy of a message whose release is under way is a new delivery instead, and the releasing
+  lease ends at once: a release still queued is dropped (the copy may be one of SQS's rare
+  duplicates, received while the message was still in flight), and one already on the wire
+  was either what made the message visible or is refused, the message being received again.
 """
 
 from __future__ import annotations
@@ -68,10 +69,15 @@ class Dispatcher:
         """True if `received` is a copy of a message held here; its lease takes the handle."""
         held = self._held.get(received.queue)
         lease = None if held is None else held.get(received.message_id)
-        if lease is None or not lease.active or lease.releasing:
-            # Released (the release landed, or its lease lapsed): the copy is a new
-            # delivery, run as any other. Adopted into the releasing lease, it would only be
-            # released again, and each failure would cost two receives toward the DLQ.
+        if lease is None or not lease.active:
+            return False
+        if lease.releasing:
+            # Its release is decided: the copy is a new delivery, run as any other (adopted,
+            # it would only be released again: each failure would cost two receives toward
+            # the DLQ). The releasing lease ends here, so that one lease at a time stands for
+            # the message (flow control counts by message id): a release still queued is
+            # dropped, one on the wire changes nothing when it answers.
+            self._keeper.settled(lease)
             return False
         # The service counts the new handle's visibility from this receive, whatever an
         # earlier renewal of the old handle said.

@@ -17,7 +17,8 @@ Rules:
   (a failed call is retried with the same `s`), or the lease is lost or capped.
 
 What can happen to a lease at renewal time:
-- renewed: new deadline = (time the call was sent) + visibility; a new receipt handle, if
+- renewed: new deadline = (time the call was sent) + visibility, less the clock drift
+  allowed for (`core.lease.held_for`); a new receipt handle, if
   the backend hands one out, replaces the old one before any later call.
 - transient failure (whole call, or an entry the service says was its own fault): retried
   after `retry_interval_s`, as long as that is before the deadline.

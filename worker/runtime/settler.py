@@ -63,7 +63,6 @@ __all__ = ["Settler"]
 _Key = tuple[str, Action]
 _Item = tuple[Lease, int]
 _HELD = LeaseState.HELD
-_LOST = LeaseState.LOST
 #: Entry ids, made once: a batch's entries are numbered from 0 (no str() per message).
 _IDS = tuple(str(i) for i in range(64))
 
@@ -224,11 +223,17 @@ class Settler:
             self._apply(queue, action, live, result, handles)
         except anyio.get_cancelled_exc_class():
             # Cancelled with the settler (the supervisor cancelled from outside): the call
-            # may not have landed, so `send_now` sends it again rather than let a handled
-            # message lapse and run twice (a repeated delete is harmless; a lapsed lease is
-            # dropped there, as here).
+            # may not have landed, so `send_now` sends a delete again rather than let a
+            # handled message lapse and run twice (a repeated delete is harmless; a lapsed
+            # lease is dropped there, as here). A release that went out may have landed, and
+            # is not sent again (`_call_failed`): given up on, visible at its deadline.
+            sent = {id(lease) for lease, _ in live}
             for lease, visibility in items:
-                if lease.active:
+                if not lease.active:
+                    continue
+                if action is Action.RELEASE and id(lease) in sent:
+                    self._leases.settled(lease)
+                else:
                     self._enqueue(lease, action, visibility)
             raise
         finally:
@@ -265,17 +270,22 @@ class Settler:
         logged and counted once (it leaves the settler here)."""
         now = self._clock.now()
         for lease, _ in items:
-            if now >= lease.deadline or lease.state is _LOST:
+            if now >= lease.deadline or not lease.active:
                 break
         else:
             return items  # the busy path: every lease still held
         live: list[_Item] = []
         for item in items:
             lease = item[0]
-            if not self._leases.lapsed(lease, now):
+            if lease.state is LeaseState.DONE:
+                # Ended while it waited: a copy received meanwhile is running as a new
+                # delivery (`Dispatcher.adopt`), and this handle is no longer the message's.
+                reason = "superseded"
+            elif not self._leases.lapsed(lease, now):
                 live.append(item)
                 continue
-            reason = lease.lost_reason or "lapsed"
+            else:
+                reason = lease.lost_reason or "lapsed"
             self._metrics.settlements_dropped.labels(queue, action.value, reason).inc()
             self._log.warning(
                 "settle.dropped",
@@ -289,7 +299,8 @@ class Settler:
     def _delete_deadline(self, items: Sequence[_Item]) -> float:
         """A delete is abandoned in time for a renewal after it (no renewal goes out while it
         is on the wire): a retry interval and a renewal call before the earliest deadline.
-        `_claim` made sure that leaves at least a call's normal time, where it could."""
+        `_wait_for_renewals` made sure that leaves at least a call's normal time, where it
+        could."""
         now = self._clock.now()
         latest = min(lease.deadline for lease, _ in items)
         latest -= self._retry_interval + self._renew_timeout

@@ -240,10 +240,12 @@ class History:
         for run in self.runs:
             by_message.setdefault(run.message, []).append(run)
         for index, runs in by_message.items():
-            for first in runs:
+            for n, first in enumerate(runs):
                 last_act = first.acted_at if first.acted_at is not None else first.started_at
-                for later in runs:
-                    if first.started_at < later.started_at < last_act:
+                # By the order they started in, not their times: two started at one instant
+                # (a double dispatch) overlap as much as any.
+                for later in runs[n + 1 :]:
+                    if later.started_at < last_act:
                         self._violate(
                             "runs-overlap",
                             index,
@@ -252,7 +254,9 @@ class History:
                         )
 
     def _check_dead_letter(self, index: int, runs: list[Run]) -> None:
-        failed = {id(run.delivery) for run in runs if run.outcome not in ("ok", "running")}
+        # Only a drawn failure is the handler's; a run fenced or cancelled because its lease
+        # was lost needs a fault around it like any other receive that ended unhandled.
+        failed = {id(run.delivery) for run in runs if run.outcome == "raised"}
         for delivery in {id(d): d for d in self.deliveries.values()}.values():
             if delivery.message != index or id(delivery) in failed:
                 continue

@@ -42,6 +42,7 @@ from worker.config import (
     TenantCap,
     WorkerConfig,
 )
+from worker.errors import LeaseLostError
 from worker.message import Message
 from worker.runtime.supervisor import Supervisor
 from worker.testing.simulation.history import History, Run, Violation
@@ -287,6 +288,9 @@ class _World:
                     raise SimulatedFailure(f"run {count} of m{index} fails")
                 outcome = "ok"
             except SimulatedFailure:
+                raise
+            except LeaseLostError:
+                outcome = "fenced"  # ensure_held() stopped it: a lease event, not a failure
                 raise
             except Exception:
                 outcome = "raised"
