@@ -12,7 +12,16 @@ import anyio
 import pytest
 
 from backends.memory import MemoryBackend
-from worker import LeaseConfig, Message, Outcome, TransientBackendError, Worker, WorkerConfig
+from worker import (
+    LeaseConfig,
+    Message,
+    Outcome,
+    Retry,
+    TransientBackendError,
+    Worker,
+    WorkerConfig,
+)
+from worker.config import FlowControl, TenantCap
 from worker.testing import FaultyBackend, run_worker
 from worker.types import OutgoingMessage, QueueSpec
 
@@ -68,4 +77,53 @@ async def test_a_released_message_received_again_before_the_answer_runs_on_that_
     outcomes, receive_counts = await _run(backend, wait_s=5)  # a long poll waits meanwhile
     assert outcomes == [Outcome.FAILED, Outcome.SUCCEEDED]
     assert receive_counts == [1, 2]
+    assert [call.operation for call in backend.calls].count("release") == 1
+
+
+async def test_a_copy_run_during_its_release_leaves_the_tenant_cap_counting_true() -> None:
+    """The releasing lease ends when its copy arrives, so the tenant cap (which counts by
+    message id) sees one lease of the message at a time: once the copy has run, the tenant
+    has nothing running, and its next message runs at once instead of being released."""
+    backend = FaultyBackend(MemoryBackend())
+    backend.late("release", by_s=1.0)
+    cap = FlowControl(tenants=TenantCap(per_tenant=1, release_s=30))
+    app = Worker(WorkerConfig(lease=LeaseConfig(visibility_s=10), wait_s=5, flow=cap))
+    runs: list[str] = []
+
+    @app.handler("jobs", on_error="release")
+    async def job(message: Message) -> None:
+        runs.append(message.body["n"])
+        if len(runs) == 1:
+            raise RuntimeError("the first run fails")
+
+    await backend.create_queue(QueueSpec("jobs", visibility_timeout_s=10))
+    first = OutgoingMessage(body='{"n": "first"}', group_id="t")
+    await backend.inner.send("jobs", [first])
+    async with run_worker(app, backend=backend) as harness:
+        await harness.wait_for_handled(2)  # failed, then its copy succeeded
+        await anyio.sleep(2)  # the late release answer has come back
+        await backend.inner.send("jobs", [OutgoingMessage(body='{"n": "next"}', group_id="t")])
+        handled = await harness.wait_for_handled(3)
+        released = harness.metrics.value("lease_worker_flow_tenant_released_total", queue="jobs")
+    assert runs == ["first", "first", "next"]
+    assert handled[-1].outcome is Outcome.SUCCEEDED
+    assert released == 0
+
+
+async def test_a_release_on_the_wire_when_the_worker_is_cancelled_is_not_sent_again() -> None:
+    """Cancelled from outside, the worker flushes what it has not sent; a release already on
+    the wire may have landed, and is not sent again with its handle."""
+    backend = FaultyBackend(MemoryBackend())
+    backend.lose("release")  # lands, never answered: still on the wire at the cancel
+    app = Worker(WorkerConfig(lease=LeaseConfig(visibility_s=10), wait_s=1))
+
+    @app.handler("jobs")
+    async def job(message: Message) -> None:
+        raise Retry(after_s=60)  # released for a minute: no copy comes back meanwhile
+
+    await backend.create_queue(QueueSpec("jobs", visibility_timeout_s=10))
+    await backend.inner.send("jobs", [OutgoingMessage(body="{}")])
+    with anyio.move_on_after(3):  # the release goes out at once; cancelled 3 s later
+        async with run_worker(app, backend=backend):
+            await anyio.sleep_forever()
     assert [call.operation for call in backend.calls].count("release") == 1
