@@ -270,7 +270,7 @@ class Receiver:
                 self._slots.hold_bytes(body_size(received))
             keeper.track(lease)
             if arrived >= lease.deadline and keeper.lapsed(lease, arrived):
-                continue  # lapsed before it arrived (a stall): lost, never run
+                continue  # lapsed before it arrived (a late answer, a stall): lost, never run
             dispatch(received, lease)
         return held
 
