@@ -6,6 +6,7 @@ import pytest
 
 pytest.importorskip("pyspark")  # the package's __init__ imports it
 
+from worker.core.lease import held_for
 from worker.integrations.spark.ledger import Ledger
 from worker.types import ReceivedMessage
 
@@ -66,8 +67,8 @@ def test_leases_fall_due_a_margin_before_their_deadline_and_renewal_moves_them()
     assert ledger.due(119.9) == []
     [held] = ledger.due(120)
     ledger.renewed("m1", "h1-new", now=121)
-    assert (held.handle, held.deadline) == ("h1-new", 151)
-    assert ledger.next_due() == 141
+    assert (held.handle, held.deadline) == ("h1-new", 121 + held_for(30))
+    assert ledger.next_due() == 121 + held_for(30) - 10
     assert [h.message.message_id for h in ledger.lost(["m1", "m9"])] == ["m1"]
     assert ledger.next_due() is None
 

@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from worker.core.lease import held_for
 from worker.types import ReceivedMessage
 
 __all__ = ["Held", "Ledger", "Offset"]
@@ -144,7 +145,7 @@ class Ledger:
         taken out meanwhile (committed, its delete waiting) adopts the handle too."""
         held = self.held.get(message) if isinstance(message, str) else message
         if held is not None:
-            held.handle, held.deadline = handle, now + self.extension_s
+            held.handle, held.deadline = handle, now + held_for(self.extension_s)
 
     def lost(self, message_ids: Iterable[str]) -> list[Held]:
         return [held for i in message_ids if (held := self.held.pop(i, None)) is not None]
@@ -167,9 +168,9 @@ class Ledger:
         return [self.held[i] for i in taken if i in self.held]
 
     def _hold(self, message: ReceivedMessage, now: float, number: int, replay: str | None) -> None:
-        # Counted from the answer's arrival: a safe side estimate is the caller's job
-        # (it passes the moment the receive was sent).
-        deadline = now + self.visibility_s
+        # Counted from `now`: a safe side estimate is the caller's job (it passes the moment
+        # the receive was sent); held for the visibility less the clock drift allowed for.
+        deadline = now + held_for(self.visibility_s)
         self.held[message.message_id] = Held(
             message, message.receipt_handle, deadline, number, replay
         )
