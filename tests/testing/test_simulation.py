@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import gc
 import json
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from worker.clock import ManualClock
 from worker.testing.simulation import Schedule, SimLoop, draw, shrink, simulate
 from worker.testing.simulation.history import History
 from worker.testing.simulation.loop import PROCESS, START, Stuck
+from worker.testing.simulation.network import Network
 from worker.testing.simulation.schedule import Attempt, Fault, Signal, Stall
 from worker.types import Deletion, OutgoingMessage, QueueSpec, RedrivePolicy
 
@@ -228,3 +230,13 @@ def test_shrinking_keeps_only_the_parts_the_failure_needs() -> None:
     assert small.stalls == () and small.signals == ()
     assert small.runs == ((Attempt(4.0, fails=True),),)
     assert small.sends == (1.0,)
+
+
+def test_a_finished_simulation_leaves_no_task_or_world_behind() -> None:
+    """Every task still pending at the end (a long poll the service serves, a killed
+    process's work) is ended before the loop closes: one left pending stays reachable from
+    anyio's per-task state, and a run of 100,000 seeds grew by gigabytes."""
+    for seed in range(12):
+        simulate(draw(seed))
+    gc.collect()
+    assert [o for o in gc.get_objects() if isinstance(o, Network)] == []

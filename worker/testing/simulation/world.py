@@ -104,6 +104,8 @@ def simulate(schedule: Schedule) -> Result:
     try:
         with _logs_to(world.logs, loop):
             loop.run_until_complete(world.run())
+            world.ending()
+            loop.run_until_complete(_end_every_task(loop))
     finally:
         loop.close()
     if world.errors:
@@ -164,6 +166,12 @@ class _World:
         self.errors: list[str] = []
         self.logs: list[MutableMapping[str, Any]] = []
         self._unwinding = False
+
+    def ending(self) -> None:
+        """The history is checked: what the tasks left do now is not part of it."""
+        self._unwinding = True
+        self.network.dead.update(self.tasks)
+        self.history.killed.update(self.tasks)  # as good as dead: they no longer count
 
     def on_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         if not self._unwinding:
@@ -341,6 +349,17 @@ class _World:
             self.loop.revive(name)
             with _swallow():
                 await asyncio.wait([task], timeout=_SHUTDOWN_SLACK_S)
+
+
+async def _end_every_task(loop: SimLoop) -> None:
+    """Cancel what is left (long polls the service still serves, answers on their way) and
+    wait for it: a task left pending when the loop closes stays reachable from anyio's
+    per-task state, and with it the whole world (a leak of about 80 KB a seed)."""
+    current = asyncio.current_task()
+    left = [task for task in asyncio.all_tasks(loop) if task is not current]
+    for task in left:
+        task.cancel()
+    await asyncio.gather(*left, return_exceptions=True)
 
 
 def _flow(kind: str) -> FlowControl:
