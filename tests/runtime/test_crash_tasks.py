@@ -190,9 +190,11 @@ async def test_cancelled_from_outside_background_tasks_outlive_the_handlers() ->
     _assert_every_message_visible(backend)
 
 
-async def test_a_settler_crash_during_the_flush_leaves_nothing_else_unsent() -> None:
-    """The settler crashed during the final flush: what its cancelled calls put back, and
-    what was still pending, waited for a flush that could not end, and stayed in flight."""
+async def test_a_settler_crash_during_the_flush_ends_it_and_sends_nothing_twice() -> None:
+    """The settler crashed during the final flush: what was still pending waited for a flush
+    that could not end. Now the flush ends at once, and sends nothing a second time: the
+    releases on the wire when it crashed may have landed (`calls.may_have_landed`), and a
+    release sent again with the same handle could end another consumer's lease."""
     lease = LeaseConfig(visibility_s=30, extension_s=30, renew_margin_s=10)
     shutdown = ShutdownConfig(grace_s=1, flush_timeout_s=4)
     app = Worker(WorkerConfig(lease=lease, max_in_flight=15, wait_s=20, shutdown=shutdown))
@@ -229,6 +231,7 @@ async def test_a_settler_crash_during_the_flush_leaves_nothing_else_unsent() -> 
             await anyio.sleep_forever()
     assert "shutdown.flush_timed_out" not in [e["event"] for e in logs]
     counts = backend.inner.engine.counts("jobs")
-    # The ten of the call that crashed are lost with it (they lapse); the other five are
-    # released at once.
-    assert (counts.visible, counts.in_flight) == (5, 10)
+    # The ten of the call that crashed are lost with it, and the five of the call cut short
+    # on the wire are given up on: all lapse at their deadline, none is released twice.
+    assert (counts.visible, counts.in_flight) == (0, 15)
+    assert backend.calls_made == 2
