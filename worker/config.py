@@ -371,7 +371,10 @@ class TenantCap:
     """At most `per_tenant` messages of one tenant held at once (standard queues).
 
     A tenant is the message's `MessageGroupId` (SQS fair queues' tenants) unless `key` picks
-    another. A message received over the cap is released with `release_s` of visibility for
+    another: `key(received)` gets the `ReceivedMessage` (its `body` the raw string) and
+    returns a str, or None for an uncapped message; one that raises or returns anything
+    else puts the message in the fallback tenant "<key failed>" (counted, and logged once a
+    minute). A message received over the cap is released with `release_s` of visibility for
     another worker (or this one, later) to take, so that one tenant never fills the worker's
     slots. `waiting`: how many such messages of a tenant may instead wait in the worker, their
     leases kept, to run as soon as the tenant's running ones end (fewer releases, but they

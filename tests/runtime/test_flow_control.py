@@ -22,6 +22,7 @@ from worker.config import AdaptiveConcurrency, FlowControl, RateLimit, TenantCap
 from worker.runtime.metrics import Metrics
 from worker.runtime.rate_gate import RateGate
 from worker.runtime.supervisor import Supervisor
+from worker.runtime.tenants import KEY_FAILED, Tenants
 from worker.testing import run_worker
 from worker.types import QueueSpec, ReceivedMessage, RedrivePolicy
 
@@ -224,7 +225,10 @@ async def test_messages_without_a_tenant_are_not_capped() -> None:
     assert load.most[""] == 10
 
 
-async def test_a_key_function_picks_the_tenant_and_its_bugs_cap_nothing() -> None:
+async def test_a_key_function_picks_the_tenant_and_its_failures_share_one_cap() -> None:
+    """Messages whose key raises are capped together as the tenant "<key failed>", not left
+    uncapped (which turned the cap off, unseen, for a key with a bug)."""
+
     def by_body(message: ReceivedMessage) -> str | None:
         if message.body == "boom":
             raise ValueError("a bug in the key function")
@@ -250,7 +254,7 @@ async def test_a_key_function_picks_the_tenant_and_its_bugs_cap_nothing() -> Non
     async with run_worker(app, backend=backend) as harness:
         await harness.wait_for_handled(6)
     assert load.most["x"] == 1
-    assert load.most["boom"] == 3
+    assert load.most["boom"] == 1
 
 
 async def test_a_shutdown_hands_back_the_messages_waiting_for_their_tenant() -> None:
@@ -504,3 +508,47 @@ async def test_a_tenant_cap_on_a_queue_that_dead_letters_after_3_receives_is_war
             pass
     warned = [e["warning"] for e in logs if e["event"] == "queue.config_warning"]
     assert [w for w in warned if "per-tenant cap" in w and "maxReceiveCount=3" in w] != []
+
+
+async def test_a_tenant_key_that_raises_caps_its_messages_as_one_fallback_tenant() -> None:
+    """A key written as a handler reads a message (`message.body["tenant"]`, but the key
+    gets the raw string) raises on every message: the cap still holds, with every such
+    message in the tenant "<key failed>"; each failure is counted, and one warning a minute
+    names the error's type."""
+
+    def key(message: ReceivedMessage) -> str:
+        return message.body["tenant"]  # type: ignore[index]  # a str: TypeError
+
+    cap = TenantCap(per_tenant=2, key=key, release_s=1, waiting=8)
+    app = Worker(WorkerConfig(max_in_flight=10, wait_s=1, flow=FlowControl(tenants=cap)))
+    load = _Load()
+
+    @app.handler("jobs")
+    async def job(message: Message) -> None:
+        await load.hold("all", 30)  # two minutes of runs, two at a time
+
+    backend = RecordingBackend()
+    await _queue(backend)
+    await _send(backend, 8)
+    with capture_logs() as logs:
+        async with run_worker(app, backend=backend) as harness:
+            handled = await harness.wait_for_handled(8)
+            failures = harness.metrics.value(
+                "lease_worker_flow_tenant_key_errors_total", queue="jobs"
+            )
+    assert [record.outcome for record in handled] == [Outcome.SUCCEEDED] * 8
+    assert load.most["all"] == 2  # capped: never more than two at once
+    assert failures == 8  # every message, once each (they waited in the worker)
+    warnings = [e for e in logs if e["event"] == "flow.tenant_key_failed"]
+    # 120 s of runs: a warning at the first failure; the others came within its minute.
+    assert [(w["error"], w["tenant"]) for w in warnings] == [("TypeError", "<key failed>")]
+
+
+async def test_a_tenant_key_answering_neither_a_str_nor_none_is_a_failure_too() -> None:
+    tenants = Tenants(TenantCap(per_tenant=1, key=lambda message: 7))  # type: ignore[arg-type,return-value]
+    received = ReceivedMessage(
+        queue="jobs", message_id="m1", receipt_handle="h1", body="{}", receive_count=1
+    )
+    with capture_logs() as logs:
+        assert tenants.tenant_of(received) == KEY_FAILED
+    assert [e["error"] for e in logs] == ["returned int, not a str or None"]

@@ -63,7 +63,13 @@ class QueueFlow:
                     reason="a FIFO queue runs each message group one message at a time",
                 )
             else:
-                self.tenants = Tenants(flow.tenants)
+                self.tenants = Tenants(
+                    flow.tenants,
+                    queue=queue,
+                    now=clock.now,
+                    on_key_error=metrics.flow_tenant_key_errors.labels(queue).inc,
+                    logger=log,
+                )
         self.limit: ConcurrencyLimit | None = None
         #: Handlers running (by message id: when each started), and held messages whose
         #: handler ended: for the adaptive limit only.

@@ -218,6 +218,12 @@ class Metrics:
             "Messages handed back because their tenant was at its cap, twice over.",
             "queue",
         )
+        self.flow_tenant_key_errors = self._counter(
+            "flow_tenant_key_errors",
+            "Messages whose tenant key function raised or answered neither a str nor None "
+            "(each capped as the fallback tenant '<key failed>').",
+            "queue",
+        )
 
     def _counter(self, name: str, documentation: str, *labels: str) -> CounterFamily:
         return self._register(CounterFamily(f"{self.prefix}_{name}", documentation, labels))

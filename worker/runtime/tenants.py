@@ -9,19 +9,31 @@ if any. So a tenant holds at most `per_tenant + waiting` of the worker's slots, 
 others keep the rest.
 
 A message without a tenant (no `MessageGroupId`, or the key function answered None) is not
-capped.
+capped. A key function that raises, or answers anything but a string or None, never turns
+the cap off unseen: the message goes to the fallback tenant `KEY_FAILED` (capped like any
+other), each failure is counted (`flow_tenant_key_errors_total`), and one warning a minute
+names the error's type (never its text, which may quote the body).
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from enum import Enum
+from typing import Any
+
+import structlog
 
 from worker.config import TenantCap
 from worker.core.lease import Lease
 from worker.types import ReceivedMessage
 
-__all__ = ["Admission", "Tenants"]
+__all__ = ["KEY_FAILED", "Admission", "Tenants"]
+
+#: The tenant of every message whose key function failed: they share one cap.
+KEY_FAILED = "<key failed>"
+#: The key function's failures are logged at most this often (seconds).
+_WARN_EVERY_S = 60.0
 
 
 class Admission(Enum):
@@ -31,8 +43,23 @@ class Admission(Enum):
 
 
 class Tenants:
-    def __init__(self, cap: TenantCap) -> None:
+    def __init__(
+        self,
+        cap: TenantCap,
+        *,
+        queue: str = "",
+        now: Callable[[], float] | None = None,
+        on_key_error: Callable[[], None] | None = None,
+        logger: Any = None,
+    ) -> None:
         self.cap = cap
+        self._queue = queue
+        self._now = now
+        self._on_key_error = on_key_error
+        self._log = logger or structlog.get_logger("lease_worker.flow")
+        self._warned_at = -_WARN_EVERY_S
+        #: Key failures since the last warning (the next one says how many).
+        self._unreported = 0
         self._running: dict[str, int] = {}
         self._waiting: dict[str, deque[tuple[ReceivedMessage, Lease]]] = {}
         #: The tenant of every message admitted (running or waiting), by message id.
@@ -43,11 +70,36 @@ class Tenants:
     def waiting(self) -> int:
         return len(self._waiting_ids)
 
-    def admit(self, received: ReceivedMessage, lease: Lease) -> Admission:
+    def tenant_of(self, received: ReceivedMessage) -> str | None:
+        """The message's tenant by the cap's key function (`KEY_FAILED` if it failed)."""
         try:
             tenant = self.cap.key(received)
-        except Exception:  # a key function's bug caps nothing rather than losing the message
-            tenant = None
+        except Exception as error:
+            return self._key_failed(type(error).__name__)
+        if tenant is None or isinstance(tenant, str):
+            return tenant
+        return self._key_failed(f"returned {type(tenant).__name__}, not a str or None")
+
+    def _key_failed(self, what: str) -> str:
+        if self._on_key_error is not None:
+            self._on_key_error()
+        self._unreported += 1
+        now = self._now() if self._now is not None else _WARN_EVERY_S
+        if now - self._warned_at >= _WARN_EVERY_S:
+            self._log.warning(
+                "flow.tenant_key_failed",
+                queue=self._queue,
+                error=what,
+                failures=self._unreported,
+                tenant=KEY_FAILED,
+                fix="the key gets the message as received (a ReceivedMessage: `body` is the "
+                "raw string); make it return a str, or None for an uncapped message",
+            )
+            self._warned_at, self._unreported = now, 0
+        return KEY_FAILED
+
+    def admit(self, received: ReceivedMessage, lease: Lease) -> Admission:
+        tenant = self.tenant_of(received)
         if tenant is None:
             return Admission.RUN
         running = self._running.get(tenant, 0)
