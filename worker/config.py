@@ -408,6 +408,10 @@ class AdaptiveConcurrency:
     beta: float = 6.0
     #: The limit is multiplied by this after a window with a failed handler.
     backoff: float = 0.9
+    #: A handler's `Retry` says "not yet" of its message, not that the downstream struggles:
+    #: by default it is not sampled at all. True counts it as a failure (where a `Retry` is
+    #: how handlers answer a downstream that pushes back).
+    retry_backs_off: bool = False
 
     def __post_init__(self) -> None:
         _whole("smallest", self.smallest, 1)

@@ -16,7 +16,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from tests.recording import RecordingBackend
-from worker import Message, Outcome, OutgoingMessage, Worker, WorkerConfig
+from worker import Message, Outcome, OutgoingMessage, Retry, Worker, WorkerConfig
 from worker.clock import LoopClock
 from worker.config import AdaptiveConcurrency, FlowControl, RateLimit, TenantCap
 from worker.runtime.metrics import Metrics
@@ -552,3 +552,27 @@ async def test_a_tenant_key_answering_neither_a_str_nor_none_is_a_failure_too() 
     with capture_logs() as logs:
         assert tenants.tenant_of(received) == KEY_FAILED
     assert [e["error"] for e in logs] == ["returned int, not a str or None"]
+
+
+@pytest.mark.parametrize(("retry_backs_off", "shrinks"), [(False, False), (True, True)])
+async def test_a_retry_backs_the_adaptive_limit_off_only_when_told_to(
+    retry_backs_off: bool, shrinks: bool
+) -> None:
+    """Handlers that answer `Retry` ("not yet": a payment still pending) say nothing of the
+    downstream by default, and the limit stays where it was; with `retry_backs_off` each is
+    a failure and the limit backs off."""
+    adaptive = AdaptiveConcurrency(initial=8, retry_backs_off=retry_backs_off)
+    app = Worker(WorkerConfig(max_in_flight=8, wait_s=1, flow=FlowControl(adaptive=adaptive)))
+
+    @app.handler("jobs")
+    async def job(message: Message) -> None:
+        await anyio.sleep(0.1)
+        raise Retry(after_s=600)
+
+    backend = RecordingBackend()
+    await _queue(backend)
+    await _send(backend, 60)
+    async with run_worker(app, backend=backend) as harness:
+        await harness.wait_for_handled(60)
+        limit = harness.supervisor.flows["jobs"].slots.limit
+    assert (limit < 8) is shrinks

@@ -29,7 +29,8 @@ from worker.types import ReceivedMessage
 
 __all__ = ["QueueFlow"]
 
-#: Outcomes that say the downstream struggles (the adaptive limit backs off).
+#: Outcomes that say the downstream struggles (the adaptive limit backs off); a `Retry` too
+#: when `AdaptiveConcurrency.retry_backs_off` says so, else it is not sampled.
 _FAILED = frozenset({Outcome.RETRY, Outcome.FAILED, Outcome.TIMED_OUT, Outcome.LEASE_LOST})
 #: Outcomes that say nothing of the downstream (not sampled).
 _UNSAMPLED = frozenset({Outcome.SHUTDOWN, Outcome.SKIPPED})
@@ -71,6 +72,7 @@ class QueueFlow:
                     logger=log,
                 )
         self.limit: ConcurrencyLimit | None = None
+        self._retry_backs_off = flow.adaptive is not None and flow.adaptive.retry_backs_off
         #: Handlers running (by message id: when each started), and held messages whose
         #: handler ended: for the adaptive limit only.
         self._started: dict[str, float] = {}
@@ -108,7 +110,7 @@ class QueueFlow:
         else:
             self._ended.add(received.message_id)
             self.slots.handler_ended()
-        if outcome in _UNSAMPLED:
+        if outcome in _UNSAMPLED or (outcome is Outcome.RETRY and not self._retry_backs_off):
             return
         changed = self.limit.record(
             self._clock.now() - started,
