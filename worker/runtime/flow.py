@@ -72,7 +72,9 @@ class QueueFlow:
                     logger=log,
                 )
         self.limit: ConcurrencyLimit | None = None
-        self._retry_backs_off = flow.adaptive is not None and flow.adaptive.retry_backs_off
+        #: What the adaptive limit does not sample: a `Retry` too, unless told otherwise.
+        retry_backs_off = flow.adaptive is not None and flow.adaptive.retry_backs_off
+        self._unsampled = _UNSAMPLED if retry_backs_off else _UNSAMPLED | {Outcome.RETRY}
         #: Handlers running (by message id: when each started), and held messages whose
         #: handler ended: for the adaptive limit only.
         self._started: dict[str, float] = {}
@@ -110,7 +112,7 @@ class QueueFlow:
         else:
             self._ended.add(received.message_id)
             self.slots.handler_ended()
-        if outcome in _UNSAMPLED or (outcome is Outcome.RETRY and not self._retry_backs_off):
+        if outcome in self._unsampled:
             return
         changed = self.limit.record(
             self._clock.now() - started,

@@ -71,6 +71,7 @@ class Receiver:
         self._clock = clock
         self._metrics = metrics
         self._config = config
+        self._poll_wait_s = config.poll_wait_s  # worked out once: the config is frozen
         self._slots = slots
         self._rate = rate
         self._count_bytes = slots.max_bytes is not None
@@ -180,7 +181,7 @@ class Receiver:
         after `wait_s`, which kept `/readyz` failing for that long after the service came
         back; the short poll's answer says at once that it is reachable again."""
         visibility_s = self._config.lease.visibility_s
-        wait_s = self._config.poll_wait_s if self.reachable else 0
+        wait_s = self._poll_wait_s if self.reachable else 0
         sent_at = self._clock.now()
         self._metrics.receive_calls.labels(self.queue).inc()
         messages: Sequence[ReceivedMessage] = ()

@@ -17,6 +17,8 @@ names the error's type (never its text, which may quote the body).
 
 from __future__ import annotations
 
+import math
+import time
 from collections import deque
 from collections.abc import Callable
 from enum import Enum
@@ -48,7 +50,7 @@ class Tenants:
         cap: TenantCap,
         *,
         queue: str = "",
-        now: Callable[[], float] | None = None,
+        now: Callable[[], float] = time.monotonic,
         on_key_error: Callable[[], None] | None = None,
         logger: Any = None,
     ) -> None:
@@ -57,7 +59,7 @@ class Tenants:
         self._now = now
         self._on_key_error = on_key_error
         self._log = logger or structlog.get_logger("lease_worker.flow")
-        self._warned_at = -_WARN_EVERY_S
+        self._warned_at = -math.inf
         #: Key failures since the last warning (the next one says how many).
         self._unreported = 0
         self._running: dict[str, int] = {}
@@ -84,7 +86,7 @@ class Tenants:
         if self._on_key_error is not None:
             self._on_key_error()
         self._unreported += 1
-        now = self._now() if self._now is not None else _WARN_EVERY_S
+        now = self._now()
         if now - self._warned_at >= _WARN_EVERY_S:
             self._log.warning(
                 "flow.tenant_key_failed",

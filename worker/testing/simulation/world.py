@@ -347,8 +347,7 @@ class _World:
             task = self.tasks[name]
             task.cancel()
             self.loop.revive(name)
-            with _swallow():
-                await asyncio.wait([task], timeout=_SHUTDOWN_SLACK_S)
+            await asyncio.wait([task], timeout=_SHUTDOWN_SLACK_S)  # its error is not ours
 
 
 async def _end_every_task(loop: SimLoop) -> None:
@@ -377,11 +376,3 @@ def _flow(kind: str) -> FlowControl:
 
 async def _request_shutdown(supervisor: Supervisor) -> None:
     supervisor.request_shutdown()
-
-
-class _swallow:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> bool:
-        return True
