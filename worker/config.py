@@ -368,29 +368,33 @@ def _message_group(message: ReceivedMessage) -> str | None:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TenantCap:
-    """At most `per_tenant` messages of one tenant held at once (standard queues).
+    """At most `per_tenant` messages of one tenant run at once per worker (standard queues).
 
     A tenant is the message's `MessageGroupId` (SQS fair queues' tenants) unless `key` picks
     another: `key(received)` gets the `ReceivedMessage` (its `body` the raw string) and
     returns a str, or None for an uncapped message; one that raises or returns anything
     else puts the message in the fallback tenant "<key failed>" (counted, and logged once a
-    minute). A message received over the cap is released with `release_s` of visibility for
-    another worker (or this one, later) to take, so that one tenant never fills the worker's
-    slots. `waiting`: how many such messages of a tenant may instead wait in the worker, their
-    leases kept, to run as soon as the tenant's running ones end (fewer releases, but they
-    take slots too). Each release counts as a receive toward the queue's `maxReceiveCount`:
-    see docs/how-to/flow-control.md.
+    minute).
+
+    Being capped is not a failure and costs a message nothing toward the redrive policy: a
+    message received over its tenant's cap waits in the worker, its lease renewed and no
+    handler slot taken, and runs as soon as one of its tenant's running messages ends. While
+    `hold` messages wait (all tenants of the queue together), the queue's receives pause:
+    a release would count as a receive toward `maxReceiveCount`, so none is made. Only on
+    a queue without a redrive policy does a message past the hold go back instead, invisible
+    for about as long as its tenant's backlog here takes (at least `release_s`). See
+    docs/how-to/flow-control.md.
     """
 
     per_tenant: int
     key: TenantKey = _message_group
+    hold: int = 1000
     release_s: int = 5
-    waiting: int = 0
 
     def __post_init__(self) -> None:
         _whole("per_tenant", self.per_tenant, 1)
+        _whole("hold", self.hold, 0)
         _whole("release_s", self.release_s, 0, MAX_VISIBILITY_S)
-        _whole("waiting", self.waiting, 0)
         _check(callable(self.key), "key", self.key, "must be a callable(message) -> str | None")
 
 

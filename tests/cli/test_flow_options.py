@@ -39,13 +39,15 @@ def test_every_option_sets_its_part() -> None:
         "open",
         "--tenant-cap",
         "2",
+        "--tenant-hold",
+        "50",
         "--max-bytes-in-flight",
         "1000000",
         "--adaptive-concurrency",
     )
     assert flow == FlowControl(
         rate=RateLimit(per_s=50.0, shared="redis://127.0.0.1:6379/0", on_outage="open"),
-        tenants=TenantCap(per_tenant=2),
+        tenants=TenantCap(per_tenant=2, hold=50),
         max_bytes=1_000_000,
         adaptive=AdaptiveConcurrency(),
     )
@@ -95,6 +97,11 @@ def test_an_option_changes_only_its_setting_of_the_apps_own_flow_control() -> No
         (["--rate-limit", "0"], "--rate-limit=0.0: must be a positive number"),
         (["--rate-limit", "nan"], "--rate-limit=nan: must be a positive number"),
         (["--tenant-cap", "0"], "--tenant-cap=0: must be a whole number >= 1"),
+        (
+            ["--tenant-cap", "1", "--tenant-hold", "-1"],
+            "--tenant-hold=-1: must be a whole number >= 0",
+        ),
+        (["--tenant-hold", "5"], "--tenant-hold needs --tenant-cap N (no tenant cap to change)"),
         (["--max-bytes-in-flight", "-1"], "--max-bytes-in-flight=-1: must be a whole number >= 1"),
         (
             ["--rate-limit-shared", "redis://h:6379/0"],

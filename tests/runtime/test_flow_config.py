@@ -39,26 +39,3 @@ def test_a_handler_s_flow_control_overrides_the_worker_s_part_by_part() -> None:
     assert merged.adaptive == AdaptiveConcurrency()
     assert merged.tenants is None
     assert FlowControl().off and not merged.off
-
-
-def test_a_tenant_cap_on_a_queue_with_a_low_max_receive_count_is_warned_about() -> None:
-    from worker.core.preflight import check_flow
-    from worker.types import QueueInfo, RedrivePolicy
-
-    capped = FlowControl(tenants=TenantCap(per_tenant=2))
-    low = QueueInfo(name="jobs", url="u", visibility_timeout_s=30, redrive=RedrivePolicy("dlq", 3))
-    assert check_flow(capped, low) == [
-        "queue 'jobs': a per-tenant cap releases what its tenant cannot run now, and each "
-        "release counts as a receive toward maxReceiveCount=3: a busy tenant's messages may "
-        "reach the dead-letter queue without ever failing; raise maxReceiveCount (to 10 or "
-        "more), release_s, or the cap"
-    ]
-    high = QueueInfo(
-        name="jobs", url="u", visibility_timeout_s=30, redrive=RedrivePolicy("dlq", 10)
-    )
-    assert check_flow(capped, high) == []
-    assert check_flow(FlowControl(), low) == []
-    fifo = QueueInfo(
-        name="jobs.fifo", url="u", visibility_timeout_s=30, fifo=True, redrive=low.redrive
-    )
-    assert check_flow(capped, fifo) == []

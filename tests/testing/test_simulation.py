@@ -44,6 +44,17 @@ def test_a_budget_of_seeds_keeps_every_rule(chunk: int) -> None:
     assert failed == {}, "replay one: python -m bench.simulate --replay SEED"
 
 
+def test_a_budget_of_tenant_capped_seeds_keeps_every_rule() -> None:
+    """Per-tenant caps (a hold of 1): a tenant's messages wait, receives pause, and none is
+    ever released toward the dead-letter queue."""
+    failed = {
+        seed: [str(v) for v in result.violations]
+        for seed in range(100)
+        if (result := simulate(draw(seed, flows=("tenants",)))).failed
+    }
+    assert failed == {}, "replay one: python -m bench.simulate --replay SEED --flows tenants"
+
+
 @pytest.mark.parametrize("name", sorted(FOUND))
 def test_schedules_that_found_defects_keep_every_rule(name: str) -> None:
     schedule = Schedule.from_json(json.dumps(FOUND[name]["schedule"]))

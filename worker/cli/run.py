@@ -148,7 +148,14 @@ OPTIONS: dict[str, tuple[Option, ...]] = {
         Option(
             "--tenant-cap",
             "run at most N messages of one MessageGroupId at once per queue (standard "
-            "queues); more are held, then released for others to take",
+            "queues); more wait in the worker, their leases renewed",
+            int,
+            "N",
+        ),
+        Option(
+            "--tenant-hold",
+            "with --tenant-cap: while N messages wait for their tenant's turn, the queue's "
+            "receives pause (default: 1000)",
             int,
             "N",
         ),
@@ -334,6 +341,10 @@ def _flow(flow: FlowControl, args: argparse.Namespace) -> FlowControl:
                 tenants = TenantCap(per_tenant=args.tenant_cap)
             else:
                 tenants = dataclasses.replace(tenants, per_tenant=args.tenant_cap)
+        if args.tenant_hold is not None:
+            if tenants is None:
+                raise ConfigError("--tenant-hold needs --tenant-cap N (no tenant cap to change)")
+            tenants = dataclasses.replace(tenants, hold=args.tenant_hold)
         max_bytes = flow.max_bytes
         if args.max_bytes_in_flight is not None:
             max_bytes = args.max_bytes_in_flight
@@ -349,6 +360,7 @@ _FLOW_FLAGS = {
     "shared": "--rate-limit-shared",
     "on_outage": "--rate-limit-outage",
     "per_tenant": "--tenant-cap",
+    "hold": "--tenant-hold",
     "max_bytes": "--max-bytes-in-flight",
 }
 

@@ -14,11 +14,11 @@ list of warnings.
 from __future__ import annotations
 
 from worker.backend import Limits
-from worker.config import ErrorPolicy, FlowControl, LeaseConfig, OnError, WorkerConfig
+from worker.config import ErrorPolicy, LeaseConfig, OnError, WorkerConfig
 from worker.errors import ConfigError
 from worker.types import QueueInfo
 
-__all__ = ["TENANT_CAP_MIN_RECEIVES", "check_config", "check_flow", "check_queue"]
+__all__ = ["check_config", "check_queue"]
 
 
 def check_config(config: WorkerConfig, limits: Limits) -> None:
@@ -55,26 +55,6 @@ def check_queue(policy: ErrorPolicy, info: QueueInfo, lease: LeaseConfig) -> lis
             f"blocks its group for up to extension_s={lease.extension_s} s on every failure"
         )
     return warnings
-
-
-#: Below this maxReceiveCount, a per-tenant cap's releases may dead-letter a busy tenant's
-#: messages that never failed.
-TENANT_CAP_MIN_RECEIVES = 10
-
-
-def check_flow(flow: FlowControl, info: QueueInfo) -> list[str]:
-    """Warnings for the flow control of a handler on the queue `info` describes."""
-    cap, redrive = flow.tenants, info.redrive
-    if cap is None or info.fifo or redrive is None:
-        return []
-    if redrive.max_receive_count >= TENANT_CAP_MIN_RECEIVES:
-        return []
-    return [
-        f"queue {info.name!r}: a per-tenant cap releases what its tenant cannot run now, and "
-        f"each release counts as a receive toward maxReceiveCount={redrive.max_receive_count}: "
-        "a busy tenant's messages may reach the dead-letter queue without ever failing; "
-        f"raise maxReceiveCount (to {TENANT_CAP_MIN_RECEIVES} or more), release_s, or the cap"
-    ]
 
 
 def _redrive_warnings(policy: ErrorPolicy, info: QueueInfo) -> list[str]:

@@ -47,6 +47,7 @@ class QueueFlow:
         fifo: bool,
         clock: Clock,
         metrics: Metrics,
+        dead_letters: bool = False,
         logger: Any = None,
     ) -> None:
         self.queue = queue
@@ -67,8 +68,11 @@ class QueueFlow:
                 self.tenants = Tenants(
                     flow.tenants,
                     queue=queue,
+                    slots=slots,
+                    dead_letters=dead_letters,
                     now=clock.now,
                     on_key_error=metrics.flow_tenant_key_errors.labels(queue).inc,
+                    on_waiting=metrics.flow_tenant_waiting.labels(queue).inc,
                     logger=log,
                 )
         self.limit: ConcurrencyLimit | None = None

@@ -215,7 +215,14 @@ class Metrics:
         )
         self.flow_tenant_released = self._counter(
             "flow_tenant_released",
-            "Messages handed back because their tenant was at its cap, twice over.",
+            "Messages over their tenant's cap handed back because the worker's hold was full "
+            "(only on a queue without a redrive policy).",
+            "queue",
+        )
+        self.flow_tenant_waiting = self._gauge(
+            "flow_tenant_waiting",
+            "Messages over their tenant's cap waiting in the worker for their turn (leases "
+            "renewed, no handler slot taken).",
             "queue",
         )
         self.flow_tenant_key_errors = self._counter(

@@ -26,6 +26,9 @@ class Slots:
     release is answered): it limits the load on the handler's downstream, `capacity` what is
     held. `max_bytes` stops new receives while the bodies held add up to it or more (a
     receive under way may go beyond it by its batch).
+
+    Messages set aside (waiting for their tenant's turn, `worker.runtime.tenants`) are held
+    but take no slot, until `take_up`; receives stop while `aside_most` or more are aside.
     """
 
     def __init__(self, capacity: int, *, max_bytes: int | None = None) -> None:
@@ -37,6 +40,10 @@ class Slots:
         #: UTF-8 bytes of the bodies held (counted only with `max_bytes`).
         self.bytes = 0
         self.max_bytes = max_bytes
+        #: Held messages that take no slot (waiting for their tenant's turn), and how many
+        #: of them stop receives.
+        self.aside = 0
+        self.aside_most: int | None = None
         self._freed = anyio.Event()
         self._waiting = 0  # receives waiting for a slot: only they need the event set
         self._closed = False
@@ -45,7 +52,10 @@ class Slots:
     def free(self) -> int:
         if self.max_bytes is not None and self.bytes >= self.max_bytes:
             return 0
-        return max(0, min(self.capacity - self.used, self.limit - self.used + self.ended))
+        taken = self.used - self.aside
+        if self.aside and self.aside_most is not None and self.aside >= self.aside_most:
+            return 0
+        return max(0, min(self.capacity - taken, self.limit - taken + self.ended))
 
     async def reserve(self, most: int) -> int:
         """Wait for a free slot, then reserve up to `most`; returns how many, 0 once closed
@@ -71,6 +81,18 @@ class Slots:
 
     def give_back(self, count: int = 1) -> None:
         self.used -= count
+        if count > 0 and self._waiting:
+            self._freed.set()
+
+    def set_aside(self) -> None:
+        """A held message waits for its tenant's turn: its slot is free for others."""
+        self.aside += 1
+        if self._waiting:
+            self._freed.set()
+
+    def take_up(self, count: int = 1) -> None:
+        """Messages set aside no longer are (their turn came, or their lease ended)."""
+        self.aside -= count
         if count > 0 and self._waiting:
             self._freed.set()
 

@@ -52,7 +52,7 @@ from worker.backend import Backend
 from worker.clock import LoopClock
 from worker.config import FlowControl
 from worker.core.lease import Lease, LeaseState
-from worker.core.preflight import check_config, check_flow, check_queue
+from worker.core.preflight import check_config, check_queue
 from worker.core.settlement import Action, Outcome, Settlement
 from worker.errors import (
     ConfigError,
@@ -313,11 +313,7 @@ class Supervisor:
                 fifo=info.fifo,
                 dead_letter_queue=info.redrive.dead_letter_queue if info.redrive else None,
             )
-            warnings = [
-                *check_queue(spec.policy, info, self.app.config.lease),
-                *check_flow(self._flow_of(spec.queue), info),
-            ]
-            for warning in warnings:
+            for warning in check_queue(spec.policy, info, self.app.config.lease):
                 self._log.warning("queue.config_warning", queue=spec.queue, warning=warning)
 
     async def _receive_and_drain(self, task_status: TaskStatus[None]) -> None:
@@ -383,14 +379,16 @@ class Supervisor:
         rate = None
         if not flow.off:
             rate = self._rate_gate(queue, flow)
+            info = self.queues[queue]
             self.flows[queue] = QueueFlow(
                 queue,
                 flow,
                 slots=slots,
                 rate=rate,
-                fifo=self.queues[queue].fifo,
+                fifo=info.fifo,
                 clock=self.clock,
                 metrics=self.metrics,
+                dead_letters=info.redrive is not None,
             )
             if flow.adaptive is not None and self._observe_flow not in self._observers:
                 self._observers.append(self._observe_flow)
@@ -471,13 +469,12 @@ class Supervisor:
         flow = self.flows.get(lease.queue)
         if flow is not None:
             if flow.tenants is not None:
-                admission = flow.tenants.admit(received, lease)
+                admission, release_s = flow.tenants.admit(received, lease)
                 if admission is Admission.WAIT:
                     self.dispatcher.hold(received, lease)  # renewed, its handler not started
                     return
                 if admission is Admission.RELEASE:
                     flow.tenant_released.inc()
-                    release_s = flow.tenants.cap.release_s
                     self.settler.submit(lease, Settlement(Action.RELEASE, release_s))
                     return
             flow.started(received)

@@ -370,7 +370,7 @@ def _flow(kind: str) -> FlowControl:
     if kind == "adaptive":
         return FlowControl(adaptive=AdaptiveConcurrency())
     if kind == "tenants":
-        return FlowControl(tenants=TenantCap(per_tenant=1, release_s=2))
+        return FlowControl(tenants=TenantCap(per_tenant=1, hold=1, release_s=2))
     return FlowControl()
 
 
