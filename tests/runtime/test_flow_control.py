@@ -18,7 +18,7 @@ from structlog.testing import capture_logs
 from tests.recording import RecordingBackend
 from worker import Message, Outcome, OutgoingMessage, Retry, Worker, WorkerConfig
 from worker.clock import LoopClock
-from worker.config import AdaptiveConcurrency, FlowControl, RateLimit, TenantCap
+from worker.config import AdaptiveConcurrency, FlowControl, LeaseConfig, RateLimit, TenantCap
 from worker.runtime.metrics import Metrics
 from worker.runtime.rate_gate import RateGate
 from worker.runtime.supervisor import Supervisor
@@ -609,3 +609,60 @@ async def test_a_retry_backs_the_adaptive_limit_off_only_when_told_to(
         await harness.wait_for_handled(60)
         limit = harness.supervisor.flows["jobs"].slots.limit
     assert (limit < 8) is shrinks
+
+
+async def test_a_message_waiting_for_its_tenant_gets_the_whole_max_lease_s_once_it_runs() -> None:
+    """`max_lease_s` caps a handler: the time a message waited for its tenant's turn is not
+    the handler's. The second message waits 40 s, then runs its 40 s within a 60 s cap."""
+    app = Worker(
+        WorkerConfig(
+            max_in_flight=10,
+            wait_s=1,
+            lease=LeaseConfig(visibility_s=30, max_lease_s=60),
+            flow=FlowControl(tenants=TenantCap(per_tenant=1)),
+        )
+    )
+
+    @app.handler("jobs")
+    async def job(message: Message) -> None:
+        await anyio.sleep(40)
+
+    backend = RecordingBackend()
+    await _queue(backend)
+    await _send(backend, 2, group="t")
+    async with run_worker(app, backend=backend) as harness:
+        handled = await harness.wait_for_handled(2)
+    assert [record.outcome for record in handled] == [Outcome.SUCCEEDED] * 2
+    assert backend.of("release") == []
+
+
+async def test_a_message_that_waited_for_its_tenant_is_still_cut_off_at_max_lease_s() -> None:
+    """The cap counted from its turn still holds: with a visibility (300 s) longer than the
+    cap (80 s), the third message, which waited 130 s, is cancelled within 80 s of running
+    (at the margin before its cap), not at the renewal due long after it."""
+    app = Worker(
+        WorkerConfig(
+            max_in_flight=10,
+            wait_s=1,
+            lease=LeaseConfig(visibility_s=300, max_lease_s=80),
+            flow=FlowControl(tenants=TenantCap(per_tenant=1)),
+        )
+    )
+    ran: list[float] = []
+
+    @app.handler("jobs")
+    async def job(message: Message) -> None:
+        start = anyio.current_time()
+        try:
+            await anyio.sleep(65 if len(ran) < 2 else 1000)
+        finally:
+            ran.append(anyio.current_time() - start)
+
+    backend = RecordingBackend()
+    await _queue(backend)
+    await _send(backend, 3, group="t")
+    async with run_worker(app, backend=backend) as harness:
+        handled = await harness.wait_for_handled(3)
+    outcomes = [record.outcome for record in handled]
+    assert outcomes == [Outcome.SUCCEEDED, Outcome.SUCCEEDED, Outcome.TIMED_OUT]
+    assert ran[2] == pytest.approx(70, abs=0.5)  # 80 s less the 10 s renewal margin

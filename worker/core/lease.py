@@ -191,6 +191,17 @@ class Lease:
         """The handler's cap (`LeaseConfig.max_lease_s` from the receive): renewals stop here."""
         return self.received_at + self._max_lease_s
 
+    def defer_cap(self) -> float:
+        """Held without a handler yet (waiting for its tenant's turn): only the service's cap
+        applies until `start_cap`. Returns the handler's cap, to give to it then."""
+        span, self._max_lease_s = self._max_lease_s, self._invisible_for
+        return span
+
+    def start_cap(self, now: float, span: float) -> None:
+        """The handler starts now: its cap (`span`, from `defer_cap`) counts from now, within
+        the service's cap from the receive."""
+        self._max_lease_s = min(self._invisible_for, now - self.received_at + span)
+
     @property
     def invisible_until(self) -> float:
         """The service's cap (SQS: 12 h from the receive): no release asks past it."""

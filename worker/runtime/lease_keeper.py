@@ -151,7 +151,8 @@ class LeaseKeeper:
         self._schedule_renewal(lease)
 
     def reschedule(self, lease: Lease) -> None:
-        """The lease's deadline moved (a newer receive of the same message): follow it."""
+        """The lease's deadline moved (a newer receive of the same message), or its cap (a
+        handler starting after its tenant's turn came): follow it."""
         if lease in self._schedule:
             self._schedule_renewal(lease)
 

@@ -519,6 +519,7 @@ class Supervisor:
                 if self.stopping:
                     self._release_unhandled(turn[1])
                 else:
+                    self.keeper.reschedule(turn[1])  # its cap counts from now
                     flow.started(turn[0])
                     self._run_handler(*turn)
 

@@ -83,7 +83,7 @@ class Tenants:
         #: Key failures since their last warning.
         self._key_unreported = 0
         self._running: dict[str, int] = {}
-        self._waiting: dict[str, deque[tuple[ReceivedMessage, Lease]]] = {}
+        self._waiting: dict[str, deque[tuple[ReceivedMessage, Lease, float]]] = {}
         #: The tenant of every message admitted (running or waiting), by message id.
         self._tenant_of: dict[str, str] = {}
         self._waiting_ids: set[str] = set()
@@ -139,7 +139,8 @@ class Tenants:
         waiting = self._waiting.get(tenant)
         if waiting is None:
             waiting = self._waiting[tenant] = deque()
-        waiting.append((received, lease))
+        # Its wait is not its handler's time: `max_lease_s` counts from its turn.
+        waiting.append((received, lease, lease.defer_cap()))
         self._tenant_of[received.message_id] = tenant
         self._waiting_ids.add(received.message_id)
         self._aside(1)
@@ -178,7 +179,7 @@ class Tenants:
         waiting = self._waiting.get(tenant)
         if lease.message_id in self._waiting_ids:  # ended while waiting: never ran
             if waiting is not None:
-                for index, (_, held) in enumerate(waiting):
+                for index, (_, held, _) in enumerate(waiting):
                     if held is lease:
                         del waiting[index]
                         break
@@ -195,13 +196,14 @@ class Tenants:
                 run_s if self._run_s is None else self._run_s + _RUN_WEIGHT * (run_s - self._run_s)
             )
         while waiting:
-            received, next_lease = waiting.popleft()
+            received, next_lease, cap_s = waiting.popleft()
             self._waiting_ids.discard(received.message_id)
             self._aside(-1)
             if next_lease.active:
                 if not waiting:
                     del self._waiting[tenant]
                 self._started[received.message_id] = now
+                next_lease.start_cap(now, cap_s)
                 return received, next_lease  # still counted as running
             self._tenant_of.pop(received.message_id, None)
         self._waiting.pop(tenant, None)
@@ -223,9 +225,9 @@ class Tenants:
 
     def take_waiting(self) -> list[Lease]:
         """Every waiting message's lease, no longer waiting (a shutdown releases them)."""
-        taken = [lease for waiting in self._waiting.values() for _, lease in waiting]
+        taken = [lease for waiting in self._waiting.values() for _, lease, _ in waiting]
         for waiting in self._waiting.values():
-            for received, _ in waiting:
+            for received, _, _ in waiting:
                 self._tenant_of.pop(received.message_id, None)
         self._waiting.clear()
         self._waiting_ids.clear()
@@ -233,7 +235,7 @@ class Tenants:
         return taken
 
     def _forget_waiting(
-        self, message_id: str, tenant: str, waiting: deque[tuple[ReceivedMessage, Lease]]
+        self, message_id: str, tenant: str, waiting: deque[tuple[ReceivedMessage, Lease, float]]
     ) -> None:
         self._waiting_ids.discard(message_id)
         self._aside(-1)
