@@ -539,8 +539,9 @@ async def test_failing_open_a_silent_store_holds_receives_only_briefly_at_each_r
     granted = 0
     while anyio.current_time() - began < 30:
         granted += await gate.acquire(10, stopped)
-    # 30 s at 10 a second, less the first timeout (5 s) and 4 short retries (4 x 1 s).
-    assert granted >= 200, granted
+    # 30 s at 10 a second, less the first timeout (5 s); the 1 s looks after it, one every
+    # 10 s (tests/runtime/test_rate_outage.py), are made up by the burst.
+    assert granted >= 250, granted
 
 
 async def test_a_tenant_key_that_raises_caps_its_messages_as_one_fallback_tenant() -> None:

@@ -266,6 +266,40 @@ async def test_a_stalled_redis_answers_late_and_its_grant_is_not_used(
     assert metrics.flow_rate_grants.labels("jobs").value == 1
 
 
+async def test_failing_open_the_next_grant_after_redis_restarts_comes_from_redis(
+    own_redis: OwnRedis, redis_store: RedisRateStore
+) -> None:
+    """Redis restarted: failing open, the gate asked again after pauses doubling from
+    `receive_backoff_s` (0.5 s, 1 s, 2 s, ...), so each process went on alone for seconds
+    after Redis listened again. Now the first grant asked for once Redis answers comes
+    from Redis (redis-py reconnects on that very call)."""
+    limit = RateLimit(per_s=100, burst=10, shared=own_redis.url, key=_key(), on_outage="open")
+    metrics = Metrics()
+    gate = RateGate(
+        "jobs",
+        limit,
+        batch=10,
+        store=redis_store,
+        clock=LoopClock(),
+        metrics=metrics,
+        call_timeout_s=5.0,  # WorkerConfig's defaults
+        backoff_s=0.5,
+        backoff_max_s=30.0,
+    )
+    grants = metrics.flow_rate_grants.labels("jobs")
+    errors = metrics.flow_rate_store_errors.labels("jobs")
+    stopped = anyio.Event()
+    assert await gate.acquire(10, stopped) == 10
+    own_redis.stop(save=True)
+    while errors.value < 5:  # five local grants of 10 at 100 a second: about 0.5 s
+        assert await gate.acquire(10, stopped) == 10
+    own_redis.start()  # returns once it answers PING: listening again
+    assert grants.value == 1
+    assert await gate.acquire(10, stopped) == 10
+    assert grants.value == 2
+    assert errors.value == 5
+
+
 # -- the worker: Redis down --------------------------------------------------------------
 
 
