@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +26,7 @@ class Handled:
     tenant: str
     sent: float
     inside: int
+    message_id: str = ""
 
 
 def read_handled(paths: Sequence[Path]) -> list[Handled]:
@@ -34,8 +35,10 @@ def read_handled(paths: Sequence[Path]) -> list[Handled]:
         if not path.exists():
             continue
         for line in path.read_text().splitlines():
-            at, outcome, tenant, sent, inside = line.split()
-            rows.append(Handled(float(at), outcome == "ok", tenant, float(sent), int(inside)))
+            at, outcome, tenant, sent, inside, *message_id = line.split()
+            rows.append(
+                Handled(float(at), outcome == "ok", tenant, float(sent), int(inside), *message_id)
+            )
     return sorted(rows, key=lambda row: row.at)
 
 
@@ -46,8 +49,12 @@ def workers(
     count: int,
     options: Sequence[str],
     env: Mapping[str, str] | None = None,
+    *,
+    each: Callable[[int], Sequence[str]] | None = None,
+    processes: list[_harness.Process] | None = None,
 ) -> Iterator[list[Path]]:
-    """`count` worker processes on `queue`, ready (each said so); yields their output files."""
+    """`count` worker processes on `queue`, ready (each said so); yields their output files.
+    `each(i)`: options of process i alone; `processes`: filled with the processes."""
     directory = Path(tempfile.mkdtemp(prefix="flow-bench-"))
     outs = [directory / f"worker-{index}.log" for index in range(count)]
     command = [sys.executable, "-m", "worker", "run", APP, "--backend", "sqs"]
@@ -56,12 +63,14 @@ def workers(
         started = [
             stack.enter_context(
                 _harness.started(
-                    [*command, *options],
+                    [*command, *options, *(each(index) if each else ())],
                     env={"FLOW_QUEUE": queue, "FLOW_OUT": str(out), **(env or {})},
                 )
             )
-            for out in outs
+            for index, out in enumerate(outs)
         ]
+        if processes is not None:
+            processes.extend(started)
         deadline = time.monotonic() + 60
         for process in started:
             while not process.ready.wait(0.1):

@@ -79,11 +79,13 @@ class Process:
         #: Set when the child prints "ready" (lease-worker's no-op app, the floor).
         self.ready = threading.Event()
         self._stderr: deque[str] = deque(maxlen=20)
+        #: Every line written to standard error, for benches that count log lines.
+        self.stderr_lines: list[str] = []
         self._readers = [
             threading.Thread(target=self._read, args=(stream, take), daemon=True)
             for stream, take in (
                 (self.popen.stdout, self._stdout),
-                (self.popen.stderr, self._stderr.append),
+                (self.popen.stderr, self._stderr_line),
             )
         ]
         for reader in self._readers:
@@ -94,6 +96,10 @@ class Process:
             self.done.set()
         elif line == "ready":
             self.ready.set()
+
+    def _stderr_line(self, line: str) -> None:
+        self._stderr.append(line)
+        self.stderr_lines.append(line)
 
     @staticmethod
     def _read(stream: IO[bytes] | None, take: Callable[[str], None]) -> None:

@@ -13,7 +13,13 @@ Each handled message appends one line to `FLOW_OUT`: `<wall time handled> <outco
   request that arrives while `fails` or more are inside (queued or served): a struggling
   service, for the adaptive limit;
 - `FLOW_TENANT_CAP`: `N`: at most N messages of one tenant at once, the tenant read from the
-  body's `tenant` (no MessageGroupId needed: the queue is then not a fair queue).
+  body's `tenant` (no MessageGroupId needed: the queue is then not a fair queue);
+- `FLOW_TENANT_KEY=raises`: with `FLOW_TENANT_CAP`, a key written as a handler would read
+  the message (`message.body["tenant"]`: the key gets the raw string, so it raises on
+  every message), to see the cap hold with its fallback tenant.
+Without a downstream, `<in flight downstream at start>` is how many messages of the tenant
+(by the body) run in this process at the handler's start, itself included. Each line ends
+with the message id.
 Prints "ready" at start-up.
 """
 
@@ -22,10 +28,11 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections import Counter
 
 import anyio
 
-from worker import Message, Worker, WorkerContext
+from worker import Message, Worker, WorkerConfig, WorkerContext
 from worker.config import FlowControl, TenantCap
 from worker.types import ReceivedMessage
 
@@ -34,8 +41,10 @@ OUT = os.environ.get("FLOW_OUT", os.devnull)
 WORK_S = float(os.environ.get("FLOW_WORK_S", "0"))
 DOWNSTREAM = os.environ.get("FLOW_DOWNSTREAM", "")
 TENANT_CAP = int(os.environ.get("FLOW_TENANT_CAP", "0"))
+TENANT_KEY = os.environ.get("FLOW_TENANT_KEY", "body")
 
-app = Worker(name="bench-flow")
+#: `FLOW_WAIT_S`: each long poll's wait (default 20); a short one stops an idle worker fast.
+app = Worker(WorkerConfig(wait_s=int(os.environ.get("FLOW_WAIT_S", "20"))), name="bench-flow")
 _out = open(OUT, "a", buffering=1)  # noqa: SIM115 - a line per message, for the whole run
 
 
@@ -72,7 +81,15 @@ def _tenant(message: ReceivedMessage) -> str | None:
     return tenant
 
 
-_flow = FlowControl(tenants=TenantCap(per_tenant=TENANT_CAP, key=_tenant)) if TENANT_CAP else None
+def _tenant_as_a_handler_reads_it(message: ReceivedMessage) -> str | None:
+    tenant: str | None = message.body["tenant"]  # type: ignore[index]  # a str: TypeError
+    return tenant
+
+
+_key = _tenant_as_a_handler_reads_it if TENANT_KEY == "raises" else _tenant
+_flow = FlowControl(tenants=TenantCap(per_tenant=TENANT_CAP, key=_key)) if TENANT_CAP else None
+#: Messages of each tenant (by the body) running in this process now.
+_running: Counter[str] = Counter()
 
 
 @app.on_startup
@@ -83,7 +100,9 @@ async def ready(context: WorkerContext) -> None:
 @app.handler(QUEUE, flow=_flow)
 async def handle(message: Message) -> None:
     body = message.body
-    inside = 0
+    tenant = body.get("tenant", "-") if isinstance(body, dict) else "-"
+    _running[tenant] += 1
+    inside = _running[tenant]
     outcome = "ok"
     try:
         if _downstream is not None:
@@ -94,6 +113,6 @@ async def handle(message: Message) -> None:
         outcome = "error"
         raise
     finally:
-        tenant = body.get("tenant", "-") if isinstance(body, dict) else "-"
+        _running[tenant] -= 1
         sent = body.get("t", 0) if isinstance(body, dict) else 0
-        _out.write(f"{time.time():.6f} {outcome} {tenant} {sent} {inside}\n")
+        _out.write(f"{time.time():.6f} {outcome} {tenant} {sent} {inside} {message.message_id}\n")
