@@ -160,7 +160,7 @@ class Tenants:
         """`hold` or more wait: the queue's receives pause (logged once a minute)."""
         now = self._now()
         if now - self._hold_warned_at >= _WARN_EVERY_S:
-            self._log.warning(
+            self._log.info(
                 "flow.tenant_hold_full",
                 queue=self._queue,
                 waiting=len(self._waiting_ids),
