@@ -132,11 +132,14 @@ def one(
     }
     if group_ids:
         options += ["--tenant-cap", str(args.cap)]
+        if args.hold is not None:
+            options += ["--tenant-hold", str(args.hold)]
     else:
         env["FLOW_TENANT_CAP"] = str(args.cap)
         env["FLOW_TENANT_KEY"] = key
-    base_port = _harness.free_port()
-    ports = [base_port + index for index in range(args.workers)]
+        if args.hold is not None:
+            env["FLOW_TENANT_HOLD"] = str(args.hold)
+    ports = [_harness.free_port() for _ in range(args.workers)]
     processes: list[_harness.Process] = []
     total = len(quiet) + len(noisy)
     with _harness.server() as server:
@@ -195,15 +198,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cap", type=int, default=2)
     parser.add_argument("--work-s", type=float, default=0.2)
     parser.add_argument("--workers", type=int, default=3)
+    parser.add_argument("--hold", type=int, default=None, help="TenantCap.hold (default: its own)")
     parser.add_argument("--deadline-s", type=float, default=180.0)
     parser.add_argument("--receive-counts", default="5,2")
     parser.add_argument("--key-run-s", type=float, default=70.0, help="0: no key run")
     args = parser.parse_args(argv)
     counts = [int(count) for count in args.receive_counts.split(",")]
+    ideal_s = args.busy * args.work_s / args.cap / args.workers
     print(
         f"{args.workers} worker processes, max_in_flight 10, tenant cap {args.cap}; a busy "
         f"tenant of {args.busy} sent first, then 9 quiet ones of {args.per_quiet}; handlers "
-        f"of {args.work_s:g} s\n"
+        f"of {args.work_s:g} s; hold {args.hold if args.hold is not None else 'default'}; the "
+        f"busy tenant alone at its cap would take {ideal_s:.1f} s\n"
     )
     print(
         "| set-up | maxReceiveCount | sent | handled | handled twice | in DLQ | busy at once "

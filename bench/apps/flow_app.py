@@ -14,6 +14,7 @@ Each handled message appends one line to `FLOW_OUT`: `<wall time handled> <outco
   service, for the adaptive limit;
 - `FLOW_TENANT_CAP`: `N`: at most N messages of one tenant at once, the tenant read from the
   body's `tenant` (no MessageGroupId needed: the queue is then not a fair queue);
+- `FLOW_TENANT_HOLD`: with `FLOW_TENANT_CAP`, the cap's `hold`;
 - `FLOW_TENANT_KEY=raises`: with `FLOW_TENANT_CAP`, a key written as a handler would read
   the message (`message.body["tenant"]`: the key gets the raw string, so it raises on
   every message), to see the cap hold with its fallback tenant.
@@ -42,6 +43,7 @@ WORK_S = float(os.environ.get("FLOW_WORK_S", "0"))
 DOWNSTREAM = os.environ.get("FLOW_DOWNSTREAM", "")
 TENANT_CAP = int(os.environ.get("FLOW_TENANT_CAP", "0"))
 TENANT_KEY = os.environ.get("FLOW_TENANT_KEY", "body")
+TENANT_HOLD = os.environ.get("FLOW_TENANT_HOLD")
 
 #: `FLOW_WAIT_S`: each long poll's wait (default 20); a short one stops an idle worker fast.
 app = Worker(WorkerConfig(wait_s=int(os.environ.get("FLOW_WAIT_S", "20"))), name="bench-flow")
@@ -87,7 +89,10 @@ def _tenant_as_a_handler_reads_it(message: ReceivedMessage) -> str | None:
 
 
 _key = _tenant_as_a_handler_reads_it if TENANT_KEY == "raises" else _tenant
-_flow = FlowControl(tenants=TenantCap(per_tenant=TENANT_CAP, key=_key)) if TENANT_CAP else None
+_hold = {} if TENANT_HOLD is None else {"hold": int(TENANT_HOLD)}
+_flow = (
+    FlowControl(tenants=TenantCap(per_tenant=TENANT_CAP, key=_key, **_hold)) if TENANT_CAP else None
+)
 #: Messages of each tenant (by the body) running in this process now.
 _running: Counter[str] = Counter()
 

@@ -11,7 +11,7 @@ from bench.flow_fleet import Run, one
 
 
 def _args(**changes: object) -> argparse.Namespace:
-    values = {"busy": 40, "per_quiet": 2, "cap": 2, "work_s": 0.05, "workers": 2}
+    values = {"busy": 40, "per_quiet": 2, "cap": 2, "work_s": 0.05, "workers": 2, "hold": None}
     return argparse.Namespace(**{**values, "deadline_s": 60.0, **changes})
 
 
