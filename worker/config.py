@@ -435,8 +435,11 @@ class AdaptiveConcurrency:
 class FlowControl:
     """What holds a queue's receives back beyond `max_in_flight`: each part off when None.
 
-    `max_bytes`: the sum of the bodies held (UTF-8 bytes) above which no receive starts;
-    one receive may go beyond it by its batch, as Pub/Sub's flow control does.
+    `max_bytes`: the memory the messages held may take, in bytes, at which no receive
+    starts: each message counted at its body as Python stores it (1, 2 or 4 bytes a
+    character), its attributes, and as much again for its decoded payload unless the handler
+    takes the body raw; each receive asks for no more than the bytes left can take, so the
+    count goes past it by one message at most (docs/how-to/flow-control.md).
     """
 
     rate: RateLimit | None = None

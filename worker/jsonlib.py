@@ -32,11 +32,33 @@ _DIGITS = bytes(0x30 if 0x30 <= byte <= 0x39 else 0x20 for byte in range(256))
 #: An integer orjson would turn into a float (2**63 has 19 digits); also found inside a
 #: string or a long mantissa, which then merely takes the slower path.
 _LONG_DIGITS = b"0" * 19
+#: A longer text is looked through this much at a time (each window overlapping the next by
+#: 18, so no run is cut): the copies the look makes stay this small, where a whole copy of
+#: a 10 MiB receive answer was 10 MiB more for a moment.
+_WINDOW = 64 * 1024
+_OVERLAP = len(_LONG_DIGITS) - 1
 
 
 def has_long_digits(data: bytes) -> bool:
     """True if `data` has a run of 19 or more ASCII digits."""
-    return data.translate(_DIGITS).find(_LONG_DIGITS) >= 0
+    if len(data) <= _WINDOW:
+        return data.translate(_DIGITS).find(_LONG_DIGITS) >= 0
+    return any(
+        data[start : start + _WINDOW + _OVERLAP].translate(_DIGITS).find(_LONG_DIGITS) >= 0
+        for start in range(0, len(data), _WINDOW)
+    )
+
+
+def _text_has_long_digits(text: str) -> bool:
+    """`has_long_digits` of the text's UTF-8 (a digit is one character and one byte, so
+    windows of characters overlap as well as windows of bytes)."""
+    # surrogatepass: a lone surrogate is orjson's error, then json.loads' to decide.
+    if len(text) <= _WINDOW:
+        return has_long_digits(text.encode("utf-8", "surrogatepass"))
+    return any(
+        has_long_digits(text[start : start + _WINDOW + _OVERLAP].encode("utf-8", "surrogatepass"))
+        for start in range(0, len(text), _WINDOW)
+    )
 
 
 def _json_loads_utf8(data: bytes) -> Any:
@@ -54,22 +76,29 @@ def _orjson_loaders() -> tuple[Callable[[str], Any], Callable[[bytes], Any]] | N
     error = orjson.JSONDecodeError
     slow = json.loads
 
-    def decided(text: str, long_digits: bool) -> Any:
-        """orjson's value where it agrees with json.loads, else json.loads' own."""
-        if long_digits:
-            return slow(text)
-        try:
-            return fast(text)
-        except error:
-            return slow(text)
-
     def loads(body: str) -> Any:
-        # surrogatepass: a lone surrogate is orjson's error, then json.loads' to decide.
-        return decided(body, has_long_digits(body.encode("utf-8", "surrogatepass")))
+        """orjson's value where it agrees with json.loads, else json.loads' own."""
+        if _text_has_long_digits(body):
+            return slow(body)
+        # orjson reads an ASCII string in place; of any other it would keep a UTF-8 copy
+        # inside the string for as long as the string lives (a held body's size again), so
+        # it reads a copy that is dropped at once (a lone surrogate fails there: slow's).
+        source = body if body.isascii() else body.encode("utf-8", "surrogatepass")
+        try:
+            return fast(source)
+        except error:
+            return slow(body)
 
     def loads_utf8(data: bytes) -> Any:
-        # As botocore reads an answer: a byte that is not UTF-8 is an error.
-        return decided(data.decode("utf-8"), has_long_digits(data))
+        # As botocore reads an answer: a byte that is not UTF-8 is an error (orjson refuses
+        # it, and decoding it for json.loads raises UnicodeDecodeError). orjson reads the
+        # bytes themselves: no decoded copy of a whole receive answer.
+        if has_long_digits(data):
+            return slow(data.decode("utf-8"))
+        try:
+            return fast(data)
+        except error:
+            return slow(data.decode("utf-8"))
 
     return loads, loads_utf8
 

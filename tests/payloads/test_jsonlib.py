@@ -130,6 +130,36 @@ def test_a_run_of_19_ascii_digits_is_found_and_nothing_else(data: bytes, long: b
     assert jsonlib.has_long_digits(data) is long
 
 
+#: Where a long text is looked through in windows: runs of digits across their edges.
+_WINDOW = 64 * 1024
+
+
+@pytest.mark.parametrize("at", [5, _WINDOW - 19, _WINDOW - 10, _WINDOW, 2 * _WINDOW + 5])
+def test_a_long_number_across_the_windows_of_a_long_text_decodes_exactly(at: int) -> None:
+    """A receive answer or a body larger than one window is looked through a window at a
+    time (no whole copy): a number that orjson would round, wherever it falls, still goes
+    to json.loads."""
+    number = "1234567890123456789012345"  # 25 digits: orjson would make it a float
+    head = '["'
+    text = head + "x" * (at - len(head) - 3) + '", ' + number + ', "' + "y" * _WINDOW + '"]'
+    assert text.index(number) == at
+    assert jsonlib.has_long_digits(text.encode())
+    assert jsonlib.loads(text)[1] == int(number)
+    assert jsonlib.loads_utf8(text.encode())[1] == int(number)
+    short = text.replace(number, number[:18])  # 18 digits: no window finds 19
+    assert not jsonlib.has_long_digits(short.encode())
+    assert jsonlib.loads(short) == json.loads(short)
+
+
+def test_decoding_a_body_keeps_no_copy_inside_it() -> None:
+    """orjson given a string that is not ASCII keeps its UTF-8 inside the string for as long
+    as it lives (a held body's size again): it is given a copy instead."""
+    body = json.dumps({"text": "caf\u00e9 " * 2_000}, ensure_ascii=False)
+    size = sys.getsizeof(body)
+    assert jsonlib.loads(body) == json.loads(body)
+    assert sys.getsizeof(body) == size
+
+
 def test_orjson_is_used_when_installed() -> None:
     pytest.importorskip("orjson")
     assert jsonlib.LIBRARY == "orjson"

@@ -55,6 +55,7 @@ from worker.errors import ConfigError, TransientBackendError, WorkerCrashed
 from worker.ops import HealthPolicy, OpsListener
 from worker.ops.limits import DEFAULT_MAX_CONNECTIONS, OpsLimits, connection_cap
 from worker.runtime.garbage import DEFAULT_FIRST_THRESHOLD, collect_less
+from worker.runtime.malloc import return_large_blocks
 from worker.runtime.queues import create_missing_queues
 from worker.runtime.supervisor import Supervisor
 
@@ -161,7 +162,8 @@ OPTIONS: dict[str, tuple[Option, ...]] = {
         ),
         Option(
             "--max-bytes-in-flight",
-            "receive no more while the bodies held per queue reach N bytes",
+            "receive no more while the messages held per queue take N bytes of memory "
+            "(bodies, attributes, decoded payloads)",
             int,
             "N",
         ),
@@ -423,6 +425,10 @@ async def _serve(app: Worker, args: argparse.Namespace) -> None:
     if args.gc_threshold:
         # Here, once nothing can refuse to start: a usage error changes no process state.
         collect_less(args.gc_threshold)
+    if _counts_bytes(app):
+        # max_bytes bounds what is held; glibc's moving mmap threshold would keep freed
+        # large bodies in the process's memory all the same (worker.runtime.malloc).
+        return_large_blocks()
     signals = _StopSignals(supervisor)
     try:
         async with _ops_listener(supervisor, args):
@@ -433,6 +439,12 @@ async def _serve(app: Worker, args: argparse.Namespace) -> None:
         signals.close()
         if supervisor.handlers_running:
             _exit_now(sys.exc_info()[1])
+
+
+def _counts_bytes(app: Worker) -> bool:
+    """Some queue counts the bytes it holds (`FlowControl.max_bytes`)."""
+    flows = [app.config.flow, *(spec.flow for spec in app.registry if spec.flow is not None)]
+    return any(flow.max_bytes is not None for flow in flows)
 
 
 class _StopSignals:

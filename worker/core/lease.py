@@ -135,7 +135,8 @@ class Lease:
         self._now = now
         self._requester: Callable[[Lease, int], Awaitable[bool]] | None = None
         self._on_finish = on_finish
-        #: The message as it was received (for the console), when the receiver made it.
+        #: The message as it was received (for the console), when the receiver made it;
+        #: None once the lease has finished.
         self.received = received
 
     def __repr__(self) -> str:
@@ -243,6 +244,9 @@ class Lease:
         self.state = state
         if self._on_finish is not None:
             self._on_finish(self)
+        # The lease may outlive its message by a while (the keeper's heap drops a finished
+        # lease lazily, a settle call may still name it): its body must not.
+        self.received = None
 
 
 class LeaseView:

@@ -3,7 +3,8 @@
 - `rate`: a `RateGate` the receiver asks before each receive;
 - `tenants`: per-tenant caps (`Tenants`) the supervisor applies to each message received
   from a standard queue (a FIFO queue already runs each group one message at a time);
-- bytes: the receiver counts the bodies held in `slots` when `max_bytes` is set;
+- bytes: the receiver counts what the messages held cost in `slots` when `max_bytes` is set,
+  and sizes each receive to what is left (`worker.core.byte_budget`);
 - adaptive: a `ConcurrencyLimit` fed with each handler's time and outcome, applied to
   `slots` (never above `max_in_flight`).
 

@@ -6,6 +6,12 @@ so that the worker never holds more than `max_in_flight` messages of the queue e
 message's lease ends (deleted, released, forgotten or lost). Every message gets a
 lease the moment it arrives, before its handler starts.
 
+With `FlowControl.max_bytes`, each message held counts what it costs in memory (its body,
+attributes and, unless the handler takes the body raw, its decoded payload), and each
+receive asks for no more messages than the bytes left can take, the largest message seen so
+far counted with its answer's buffers, which stay counted while the receive is under way
+(`worker.core.byte_budget`): the count goes past the cap by one message at most.
+
 A transient failure (throttling, 5xx, timeouts, `OverLimit`) pauses receiving with a
 doubling backoff while handlers and renewals go on. A fatal one (missing queue, access
 denied) is passed to `on_fatal`, which starts a shutdown.
@@ -33,13 +39,14 @@ from anyio.abc import TaskStatus
 from worker.backend import Backend
 from worker.clock import Clock
 from worker.config import WorkerConfig
+from worker.core.byte_budget import ByteBudget, message_bytes
 from worker.core.lease import Lease
 from worker.errors import FatalBackendError
 from worker.runtime.calls import as_backend_error, call_by
 from worker.runtime.lease_keeper import LeaseKeeper
 from worker.runtime.metrics import Metrics
 from worker.runtime.rate_gate import RateGate
-from worker.runtime.slots import Slots, body_size
+from worker.runtime.slots import Slots
 from worker.types import ReceivedMessage
 
 __all__ = ["Receiver"]
@@ -64,6 +71,7 @@ class Receiver:
         logger: Any = None,
         note_sent: bool = False,
         rate: RateGate | None = None,
+        decoded: bool = True,
     ) -> None:
         self.queue = queue
         self._backend = backend
@@ -74,7 +82,11 @@ class Receiver:
         self._poll_wait_s = config.poll_wait_s  # worked out once: the config is frozen
         self._slots = slots
         self._rate = rate
-        self._count_bytes = slots.max_bytes is not None
+        #: With `max_bytes`: each receive sized to the bytes left (`worker.core.byte_budget`),
+        #: and what each held message counted (taken off when its lease ends).
+        self._budget = None if slots.max_bytes is None else ByteBudget(slots.max_bytes)
+        self._decoded = decoded  # the handler decodes the body: its payload is counted too
+        self._counted: dict[Lease, int] = {}
         self._adopt = adopt
         self._dispatch = dispatch
         self._release = release
@@ -136,6 +148,11 @@ class Receiver:
             reserved = await self._slots.reserve(self._backend.limits.receive_batch)
             if not reserved:
                 return  # stopped
+            if self._budget is not None:
+                # No more messages than the bytes left can take (bodies seen so far).
+                wanted = self._budget.receive_count(reserved, self._slots.bytes)
+                self._slots.give_back(reserved - wanted)
+                reserved = wanted
             if self._rate is not None:
                 # Held back before the receive: a message the limit delays is not received.
                 granted = await self._rate.acquire(reserved, self._stopped)
@@ -176,6 +193,19 @@ class Receiver:
 
     async def _receive_once(self, count: int) -> int:
         """One receive of up to `count` (reserved) messages; returns how many are now held.
+        With `max_bytes`, what its answer may cost while it is read is counted until then."""
+        budget = self._budget
+        if budget is None:
+            return await self._receive(count)
+        ahead = budget.ahead(count)
+        self._slots.hold_bytes(ahead)
+        try:
+            return await self._receive(count)
+        finally:
+            self._slots.free_bytes(ahead)
+
+    async def _receive(self, count: int) -> int:
+        """`_receive_once`, bytes apart.
 
         After a failed receive the next one is a short poll: an empty long poll answers only
         after `wait_s`, which kept `/readyz` failing for that long after the service came
@@ -267,8 +297,10 @@ class Receiver:
                 received,
             )
             held += 1
-            if self._count_bytes:
-                self._slots.hold_bytes(body_size(received))
+            if self._budget is not None:
+                counted = self._counted[lease] = message_bytes(received, decoded=self._decoded)
+                self._budget.seen(counted, received)
+                self._slots.hold_bytes(counted)
             keeper.track(lease)
             if arrived >= lease.deadline and keeper.lapsed(lease, arrived):
                 continue  # lapsed before it arrived (a late answer, a stall): lost, never run
@@ -295,7 +327,7 @@ class Receiver:
 
     def _finished(self, lease: Lease) -> None:
         self._slots.give_back()
-        if self._count_bytes and lease.received is not None:
-            self._slots.free_bytes(body_size(lease.received))
+        if self._budget is not None:
+            self._slots.free_bytes(self._counted.pop(lease, 0))
         self._in_flight.dec()
         self._on_finish(lease)

@@ -4,15 +4,7 @@ from __future__ import annotations
 
 import anyio
 
-from worker.types import ReceivedMessage
-
-__all__ = ["Slots", "body_size"]
-
-
-def body_size(received: ReceivedMessage) -> int:
-    """A body's size in bytes, as `max_bytes` counts it."""
-    body = received.body
-    return len(body) if body.isascii() else len(body.encode("utf-8", "surrogatepass"))
+__all__ = ["Slots"]
 
 
 class Slots:
@@ -24,8 +16,8 @@ class Slots:
     `limit` (an adaptive concurrency limit, `worker.core.concurrency`) bounds the messages
     held whose handler has not ended (`ended` counts the others, held until their delete or
     release is answered): it limits the load on the handler's downstream, `capacity` what is
-    held. `max_bytes` stops new receives while the bodies held add up to it or more (a
-    receive under way may go beyond it by its batch).
+    held. `max_bytes` stops new receives while `bytes` reaches it: what the receiver counts
+    for the messages held and the receives under way (`worker.core.byte_budget`).
 
     Messages set aside (waiting for their tenant's turn, `worker.runtime.tenants`) are held
     but take no slot, until `take_up`; receives stop while `aside_most` or more are aside.
@@ -37,7 +29,7 @@ class Slots:
         self.used = 0
         #: Messages held whose handler has ended (counted only with an adaptive limit).
         self.ended = 0
-        #: UTF-8 bytes of the bodies held (counted only with `max_bytes`).
+        #: Bytes counted for the messages held and receives under way (with `max_bytes`).
         self.bytes = 0
         self.max_bytes = max_bytes
         #: Held messages that take no slot (waiting for their tenant's turn), and how many

@@ -59,7 +59,7 @@ from worker.errors import (
     FatalBackendError,
     WorkerCrashed,
 )
-from worker.registry import AppSpec, DescribesApp, WorkerContext, app_spec
+from worker.registry import AppSpec, DescribesApp, WorkerContext, app_spec, resolve_decoder
 from worker.runtime.background import BackgroundTasks
 from worker.runtime.dispatcher import Dispatcher
 from worker.runtime.flow import QueueFlow
@@ -408,6 +408,8 @@ class Supervisor:
             on_fatal=self._on_fatal,
             note_sent=self._sampler is not None,
             rate=rate,
+            # A raw body is its own payload; any other decoding makes one more (max_bytes).
+            decoded=self.app.registry[queue].decoder is not resolve_decoder("raw"),
         )
 
     def _flow_of(self, queue: str) -> FlowControl:

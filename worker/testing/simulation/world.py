@@ -366,7 +366,7 @@ def _flow(kind: str) -> FlowControl:
     if kind == "rate":
         return FlowControl(rate=RateLimit(per_s=2.0))
     if kind == "bytes":
-        return FlowControl(max_bytes=20)  # two or three bodies
+        return FlowControl(max_bytes=1_200)  # about 450 bytes a message: three at most
     if kind == "adaptive":
         return FlowControl(adaptive=AdaptiveConcurrency())
     if kind == "tenants":
