@@ -155,7 +155,7 @@ def concrete(expr: str) -> str:
 
 def test_every_dashboard_query_returns_data(stack: Stack) -> None:
     queries = panel_queries()
-    assert len(queries) == 29
+    assert len(queries) == 31
     empty = [(title, expr) for title, expr in queries if not stack.query(concrete(expr))]
     assert empty == []
 

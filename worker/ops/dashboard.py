@@ -220,12 +220,19 @@ PANELS: tuple[Panel, ...] = (
             ),
             ("rate-limit wait s/s {{queue}}", _rate("lease_worker_flow_rate_wait_seconds_total")),
             ("store errors/s {{queue}}", _rate("lease_worker_flow_rate_store_errors_total")),
+            (
+                "waiting for their tenant {{queue}}",
+                f"sum by (queue) (lease_worker_flow_tenant_waiting{{{_Q}}})",
+            ),
             ("tenant releases/s {{queue}}", _rate("lease_worker_flow_tenant_released_total")),
+            ("tenant key errors/s {{queue}}", _rate("lease_worker_flow_tenant_key_errors_total")),
         ),
         "Queues with flow control (FlowControl): the handlers each worker may run at once "
         "(the adaptive limit; else max_in_flight), seconds receives waited for the rate "
-        "limit per second, grants a shared limit's Redis did not answer, and messages "
-        "released because their tenant was at its cap.",
+        "limit per second, grants a shared limit's Redis did not answer, messages waiting "
+        "in the workers for their tenant's turn (receives pause at the cap's hold), "
+        "messages released past the hold (queues without a redrive policy only), and "
+        "messages whose tenant key function failed.",
     ),
 )
 
