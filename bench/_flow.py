@@ -4,6 +4,7 @@ handled (bench/apps/flow_app.py), read back as `Handled` rows."""
 
 from __future__ import annotations
 
+import json
 import sys
 import tempfile
 import time
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from bench import _harness
 
-__all__ = ["Handled", "read_handled", "workers"]
+__all__ = ["Handled", "read_handled", "send_tenants", "workers"]
 
 APP = "bench.apps.flow_app:app"
 
@@ -77,6 +78,26 @@ def workers(
                 if process.exited() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"a worker did not start: {process.stderr_tail()}")
         yield outs
+
+
+def send_tenants(
+    server: _harness.Server, url: str, tenants: Sequence[str], group_ids: bool
+) -> None:
+    """One message per entry of `tenants`, its body naming the tenant and the send time (with
+    `group_ids`, the tenant is also the MessageGroupId: a fair queue's tenant)."""
+    for start in range(0, len(tenants), 10):
+        entries = []
+        for index, tenant in enumerate(tenants[start : start + 10]):
+            entry = {
+                "Id": str(index),
+                "MessageBody": json.dumps({"tenant": tenant, "t": time.time()}),
+            }
+            if group_ids:
+                entry["MessageGroupId"] = tenant
+            entries.append(entry)
+        answer = server.sqs.call("SendMessageBatch", QueueUrl=url, Entries=entries)
+        if answer.get("Failed"):
+            raise RuntimeError(f"SendMessageBatch: {answer['Failed'][0]}")
 
 
 def create_queue(server: _harness.Server, name: str) -> str:

@@ -83,22 +83,6 @@ def _queues(server: _harness.Server, max_receive_count: int) -> tuple[str, str]:
     return url, dead
 
 
-def _send(server: _harness.Server, url: str, tenants: list[str], group_ids: bool) -> None:
-    for start in range(0, len(tenants), 10):
-        entries = []
-        for index, tenant in enumerate(tenants[start : start + 10]):
-            entry = {
-                "Id": str(index),
-                "MessageBody": json.dumps({"tenant": tenant, "t": time.time()}),
-            }
-            if group_ids:
-                entry["MessageGroupId"] = tenant
-            entries.append(entry)
-        answer = server.sqs.call("SendMessageBatch", QueueUrl=url, Entries=entries)
-        if answer.get("Failed"):
-            raise RuntimeError(f"SendMessageBatch: {answer['Failed'][0]}")
-
-
 def _key_errors(port: int) -> int:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
         text = answer.read().decode()
@@ -153,8 +137,8 @@ def one(
             each=lambda index: ["--ops-port", str(ports[index]), "--no-console"],
             processes=processes,
         ) as outs:
-            _send(server, url, noisy, group_ids)
-            _send(server, url, quiet, group_ids)
+            _flow.send_tenants(server, url, noisy, group_ids)
+            _flow.send_tenants(server, url, quiet, group_ids)
             deadline = time.monotonic() + args.deadline_s
             while True:
                 rows = _flow.read_handled(outs)

@@ -20,7 +20,6 @@ Goal: the capped runs' quiet median within 2x of the baseline's. Exits 1 when mi
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -48,22 +47,6 @@ RUNS = (
 )
 
 
-def _send(server: _harness.Server, url: str, tenants: list[str], group_ids: bool) -> None:
-    for start in range(0, len(tenants), 10):
-        entries = []
-        for index, tenant in enumerate(tenants[start : start + 10]):
-            entry = {
-                "Id": str(index),
-                "MessageBody": json.dumps({"tenant": tenant, "t": time.time()}),
-            }
-            if group_ids:
-                entry["MessageGroupId"] = tenant
-            entries.append(entry)
-        answer = server.sqs.call("SendMessageBatch", QueueUrl=url, Entries=entries)
-        if answer.get("Failed"):
-            raise RuntimeError(f"SendMessageBatch: {answer['Failed'][0]}")
-
-
 def one(run: Run, args: argparse.Namespace) -> tuple[list[float], int]:
     """Time-to-handle of each quiet message, and how many noisy ones were handled."""
     # The quiet tenants' messages come in turn (as many tenants sending over time do).
@@ -78,8 +61,8 @@ def one(run: Run, args: argparse.Namespace) -> tuple[list[float], int]:
     with _harness.server() as server:
         url = _flow.create_queue(server, QUEUE)
         with _flow.workers(server, QUEUE, 1, options, env) as outs:
-            _send(server, url, noisy, run.group_ids)
-            _send(server, url, quiet, run.group_ids)
+            _flow.send_tenants(server, url, noisy, run.group_ids)
+            _flow.send_tenants(server, url, quiet, run.group_ids)
             deadline = time.monotonic() + 120
             while True:
                 rows = _flow.read_handled(outs)
