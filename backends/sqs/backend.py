@@ -30,6 +30,7 @@ from botocore import xform_name
 from botocore.exceptions import NoRegionError
 
 from backends.sqs import wire
+from backends.sqs.botocore_internals import skip_user_agent_rebuild
 from backends.sqs.dead_letters import DeadLetterCalls
 from backends.sqs.errors import check_entry_ids, check_receive, check_visibility, map_error
 from backends.sqs.lean import LEAN_OPERATIONS, LeanTransport
@@ -53,16 +54,6 @@ from worker.types import (
 )
 
 __all__ = ["SqsBackend"]
-
-
-def _skip_user_agent_rebuild(client: Any) -> None:
-    """botocore builds the User-Agent header twice per request (the second time to add
-    features registered during the call); that second build is about a tenth of a call's
-    CPU. The header keeps its first form. Skipped quietly if botocore changes its shape."""
-    creator = getattr(client, "_user_agent_creator", None)
-    handler = getattr(creator, "rebuild_and_replace_user_agent_handler", None)
-    if handler is not None:
-        client.meta.events.unregister("request-created.sqs", handler)
 
 
 class SqsBackend(DeadLetterCalls):
@@ -121,12 +112,15 @@ class SqsBackend(DeadLetterCalls):
             raise ConfigError(
                 "SQS: no region (pass region= or set AWS_REGION / AWS_DEFAULT_REGION)"
             ) from exc
-        _skip_user_agent_rebuild(client)
+        skip_user_agent_rebuild(client)
         lean = None
         if settings.client == "lean":
             try:
                 lean = await LeanTransport.open(
-                    client, settings, ca_bundle=session.get_config_variable("ca_bundle")
+                    client,
+                    settings,
+                    session=session,
+                    ca_bundle=session.get_config_variable("ca_bundle"),
                 )
             except BaseException:
                 await stack.aclose()

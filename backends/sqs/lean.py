@@ -6,17 +6,19 @@ For the calls a worker makes thousands of times a second (ReceiveMessage, Delete
 ChangeMessageVisibilityBatch, SendMessageBatch) this transport writes and reads SQS's JSON
 protocol itself (`backends.sqs.lean_wire`) and keeps from the aiobotocore client what it is
 good at. Rules this module keeps:
-- Credentials are the client's own credential object (the whole provider chain: env,
-  profile, SSO, IRSA / web identity, instance roles), frozen afresh for every attempt with
-  its async `get_frozen_credentials`, so a refreshing provider is honoured; no credentials
-  is botocore's `NoCredentialsError`.
+- Credentials are the client's own credential object, found through public interfaces as
+  aiobotocore's `create_client` finds it (the settings' explicit keys, else the session's
+  provider chain: env, profile, SSO, IRSA / web identity, instance roles), frozen afresh
+  for every attempt with its async `get_frozen_credentials`, so a refreshing provider is
+  honoured; no credentials is botocore's `NoCredentialsError`.
 - Every attempt is signed with SigV4 for the client's region and signing name by
   `backends.sqs.lean_signer` (its own computation, held header for header to botocore's
   `SigV4Auth` by tests), and sent to the client's endpoint URL with the Host it signed.
 - The headers are botocore's for SQS: signed, content type, target and
   `x-amzn-query-mode: true` (`backends.sqs.lean_signer`); unsigned, `amz-sdk-invocation-id`
   (one per call) and `amz-sdk-request` (`attempt=N`, then `ttl`, `attempt` and `max` on a
-  retry, as botocore writes them), and the User-Agent.
+  retry, as botocore writes them), and the User-Agent (the session's creator with the
+  client's config, as botocore makes the client's, marked `lease-worker-lean`).
 - Retries are botocore's standard mode (`backends.sqs.lean_retry`) with the settings'
   attempts; what still fails is raised as aiobotocore raises it: an error answer as the
   client's own modelled class (`client.exceptions.from_code(Error.Code)`, so `except
@@ -41,6 +43,7 @@ good at. Rules this module keeps:
 
 from __future__ import annotations
 
+import datetime
 import socket
 import ssl
 import uuid
@@ -50,10 +53,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 import anyio
-import botocore
-from aiobotocore._constants import DEFAULT_KEEPALIVE_TIMEOUT
+from aiobotocore.credentials import AioCredentials
+from aiobotocore.session import AioSession
 from botocore.compat import get_current_datetime
-from botocore.endpoint import Endpoint
 from botocore.exceptions import (
     ClientError,
     ConnectionClosedError,
@@ -73,7 +75,7 @@ from botocore.utils import get_environ_proxies
 from backends.sqs import lean_http, lean_tracing, lean_wire
 from backends.sqs.lean_retry import StandardRetry
 from backends.sqs.lean_signer import RequestSigner
-from backends.sqs.settings import SqsSettings
+from backends.sqs.settings import KEEPALIVE_S, SqsSettings
 
 __all__ = ["LEAN_OPERATIONS", "LeanTransport"]
 
@@ -93,20 +95,33 @@ def _request_url(endpoint_url: str) -> str:
     return endpoint_url if parts.path else urlunsplit(parts._replace(path="/"))
 
 
-def _user_agent(client: Any) -> str:
-    creator = getattr(client, "_user_agent_creator", None)
-    try:
-        base = str(creator.to_string()) if creator is not None else ""
-    except Exception:  # botocore's internals changed shape: its plain form will do
-        base = ""
-    return f"{base or f'Botocore/{botocore.__version__}'} lease-worker-lean"
+def _user_agent(session: AioSession, client: Any) -> str:
+    """The client's User-Agent, made as botocore makes it for the client: the session's
+    creator with the client's config (both public), then this path's mark."""
+    creator = session.get_component("user_agent_creator").with_client_config(client.meta.config)
+    return f"{creator.to_string()} lease-worker-lean"
 
 
-def _credentials(client: Any) -> Any:
-    signer = getattr(client, "_request_signer", None)
-    if signer is None or not hasattr(signer, "_credentials"):
-        raise RuntimeError("the lean SQS client cannot find aiobotocore's credentials")
-    return signer._credentials
+async def _credentials(session: AioSession, settings: SqsSettings) -> Any:
+    """The credentials the client signs with, as aiobotocore's `create_client` picks them
+    from the same settings: the explicit keys, else the session's provider chain (the
+    session keeps the object it loads, so this is the one the client was given); None:
+    none found."""
+    if settings.access_key_id is not None and settings.secret_access_key is not None:
+        return AioCredentials(
+            settings.access_key_id, settings.secret_access_key, settings.session_token
+        )
+    return await session.get_credentials()
+
+
+def _ttl(date: str, read_timeout: float) -> str:
+    """`ttl` of `amz-sdk-request` after an answer dated `date`, as botocore's endpoint
+    computes it: now plus the read timeout plus the service's clock skew (its private
+    `Endpoint._calculate_ttl`, written out here)."""
+    received: datetime.datetime = get_current_datetime()
+    skew = datetime.datetime.strptime(date, "%a, %d %b %Y %H:%M:%S %Z") - received
+    now: datetime.datetime = get_current_datetime()
+    return (now + datetime.timedelta(seconds=read_timeout) + skew).strftime("%Y%m%dT%H%M%SZ")
 
 
 async def _ssl_context(url: str, ca_bundle: str | None) -> ssl.SSLContext | None:
@@ -122,7 +137,7 @@ def _session(settings: SqsSettings, context: ssl.SSLContext | None) -> aiohttp.C
     connector = aiohttp.TCPConnector(
         limit=settings.max_pool_connections,
         ssl=context if context is not None else False,
-        keepalive_timeout=DEFAULT_KEEPALIVE_TIMEOUT,
+        keepalive_timeout=KEEPALIVE_S,
     )
     return aiohttp.ClientSession(
         connector=connector,
@@ -197,6 +212,8 @@ class LeanTransport:
         *,
         client: Any,
         retry: StandardRetry,
+        credentials: Any,
+        user_agent: str,
         pool: lean_http.HttpPool | None = None,
         session: aiohttp.ClientSession | None = None,
         proxy: str | None = None,
@@ -215,8 +232,8 @@ class LeanTransport:
         self._exceptions = client.exceptions
         self._service_model = meta.service_model
         self._read_timeout: float | None = meta.config.read_timeout
-        self._credentials = _credentials(client)
-        self._user_agent = _user_agent(client)
+        self._credentials = credentials
+        self._user_agent = user_agent
         self._pool = pool
         self._session = session
         self._retry = retry
@@ -224,9 +241,15 @@ class LeanTransport:
 
     @classmethod
     async def open(
-        cls, client: Any, settings: SqsSettings, *, ca_bundle: str | None = None
+        cls,
+        client: Any,
+        settings: SqsSettings,
+        *,
+        session: AioSession,
+        ca_bundle: str | None = None,
     ) -> LeanTransport:
-        """A transport for `client` (an entered aiobotocore SQS client); `aclose()` it."""
+        """A transport for `client` (an entered aiobotocore SQS client that `session` made
+        from `settings`); `aclose()` it."""
         url = _request_url(client.meta.endpoint_url)
         config = client.meta.config
         # As botocore's endpoint does: the config's proxies, else the environment's
@@ -235,19 +258,23 @@ class LeanTransport:
         proxies = ProxyConfiguration(proxies=found, proxies_settings=config.proxies_config)
         proxy = proxies.proxy_url_for(url)
         context = await _ssl_context(url, ca_bundle)
-        retry = StandardRetry(client.meta.service_model, settings.max_attempts)
+        made = {
+            "client": client,
+            "retry": StandardRetry(client.meta.service_model, settings.max_attempts),
+            "credentials": await _credentials(session, settings),
+            "user_agent": _user_agent(session, client),
+        }
         if proxy is not None:
-            session = _session(settings, context)
-            return cls(client=client, retry=retry, session=session, proxy=proxy)
+            return cls(**made, session=_session(settings, context), proxy=proxy)
         pool = lean_http.HttpPool(
             url,
             limit=settings.max_pool_connections,
             connect_timeout_s=settings.connect_timeout_s,
             read_timeout_s=settings.read_timeout_s,
-            keepalive_s=DEFAULT_KEEPALIVE_TIMEOUT,
+            keepalive_s=KEEPALIVE_S,
             ssl_context=context,
         )
-        return cls(client=client, retry=retry, pool=pool)
+        return cls(**made, pool=pool)
 
     async def aclose(self) -> None:
         if self._pool is not None:
@@ -339,9 +366,7 @@ class LeanTransport:
         if not date or self._read_timeout is None:
             return
         try:
-            retries["ttl"] = Endpoint._calculate_ttl(
-                None, get_current_datetime(), date, self._read_timeout
-            )
+            retries["ttl"] = _ttl(date, self._read_timeout)
         except Exception:  # botocore's own rule: a bad Date only loses the ttl
             retries.pop("ttl", None)
 

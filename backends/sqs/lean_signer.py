@@ -7,9 +7,9 @@ request, splits and normalises the URL, re-derives the signing key with four HMA
 formats the timestamp), on the hot path of every call. This module computes the signature
 itself, about 3.6 µs a call on the same machine (a ReceiveMessage body of 123 bytes, no
 token). Rules it keeps:
-- What it asks botocore, once, at construction, over the URL: the canonical URI
-  (`SigV4Auth._normalize_url_path` of the URL's path), the canonical query string
-  (`SigV4Auth.canonical_query_string`), and the host header (`SigV4Auth.headers_to_sign`:
+- What it asks botocore, once, at construction, over the URL: the canonical URI and the
+  canonical query string (the second and third lines of `SigV4Auth.canonical_request` of
+  a bodiless POST to it), and the host header (`SigV4Auth.headers_to_sign`:
   lower-cased, default port left out, IPv6 in brackets); so odd paths, ports, IPv6 hosts
   and escaped characters are botocore's, not re-implemented here.
 - What it computes per call, as `SigV4Auth` does: the timestamp from
@@ -45,7 +45,6 @@ from __future__ import annotations
 import datetime
 import hmac
 from hashlib import sha256
-from urllib.parse import urlsplit
 
 import botocore.auth
 from botocore.auth import SIGV4_TIMESTAMP, SigV4Auth
@@ -98,8 +97,9 @@ class RequestSigner:
         # once of its SigV4 signer over a request to it.
         probe = SigV4Auth(None, signing_name, region)
         request = AWSRequest(method="POST", url=url)
-        uri: str = probe._normalize_url_path(urlsplit(url).path)
-        query: str = probe.canonical_query_string(request)
+        # The canonical request's lines: method, URI, query, headers...; the URI and query
+        # are URL-encoded, so neither holds a line break.
+        _, uri, query = probe.canonical_request(request).split("\n", 3)[:3]
         # The host header as botocore derives it (lower-cased, default port left out); a
         # transport that writes its own Host header reads it here.
         self._host: str = probe.headers_to_sign(request)["host"]

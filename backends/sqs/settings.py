@@ -26,6 +26,7 @@ from worker.rules import is_url
 __all__ = [
     "DEFAULT_SQS_CLIENT",
     "DEFAULT_SYSTEM_ATTRIBUTES",
+    "KEEPALIVE_S",
     "SQS_CLIENTS",
     "SqsClientKind",
     "SqsSettings",
@@ -38,6 +39,10 @@ SQS_CLIENTS: tuple[str, ...] = get_args(SqsClientKind)
 DEFAULT_SQS_CLIENT: SqsClientKind = "lean"
 
 _LONGEST_POLL_S = 20
+#: Seconds an idle connection is kept, on both clients: aiobotocore's own default (its
+#: `DEFAULT_KEEPALIVE_TIMEOUT`, a private constant, copied by value), under the 20 s after
+#: which AWS closes an idle connection.
+KEEPALIVE_S = 12.0
 DEFAULT_SYSTEM_ATTRIBUTES = (
     "ApproximateReceiveCount",
     "SentTimestamp",
@@ -112,4 +117,5 @@ class SqsSettings:
             max_pool_connections=self.max_pool_connections,
             # The backend builds and checks entries; botocore's validator would walk every call.
             parameter_validation=False,
+            connector_args={"keepalive_timeout": KEEPALIVE_S},
         )

@@ -366,7 +366,7 @@ def rig() -> Iterator[Rig]:
                     aws_secret_access_key="secret",
                     config=settings.client_config(),
                 ) as client:
-                    lean = await LeanTransport.open(client, settings)
+                    lean = await LeanTransport.open(client, settings, session=session)
                     try:
                         yield Rig(portal, client, lean)
                     finally:

@@ -51,7 +51,8 @@ async def clients(
         secret_access_key="secret",
         max_attempts=max_attempts,
     )
-    async with AioSession().create_client(
+    session = AioSession()
+    async with session.create_client(
         "sqs",
         region_name="us-east-1",
         endpoint_url=url,
@@ -60,7 +61,7 @@ async def clients(
         config=settings.client_config(),
         verify=ca_bundle,
     ) as client:
-        lean = await LeanTransport.open(client, settings, ca_bundle=ca_bundle)
+        lean = await LeanTransport.open(client, settings, session=session, ca_bundle=ca_bundle)
         try:
             yield client, lean
         finally:
