@@ -1,4 +1,5 @@
-"""botocore's and aiobotocore's private names are used in one module only (issue 40).
+"""botocore's and aiobotocore's private names are used in one module only (issue 40), and
+the releases the SQS client suites run on are the ends of pyproject.toml's bound.
 
 `backends.sqs.botocore_internals` says why each one it uses is there; everything else in
 `backends` and `worker` goes through public interfaces. The private names are read from
@@ -10,10 +11,15 @@ a use of one is caught whatever object it is reached through.
 from __future__ import annotations
 
 import ast
+import importlib.metadata
 import importlib.util
+import tomllib
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
 
 ROOT = Path(__file__).resolve().parents[3]
 ALLOWED = ROOT / "backends" / "sqs" / "botocore_internals.py"
@@ -133,3 +139,31 @@ def test_no_private_name_of_botocore_outside_the_one_module() -> None:
 
 def test_the_one_module_uses_them() -> None:
     assert list(uses(ast.parse(ALLOWED.read_bytes())))
+
+
+def _pins() -> dict[str, str]:
+    text = (ROOT / "scripts" / "oldest-aiobotocore.txt").read_text()
+    pairs = (line.split("==") for line in text.splitlines() if line and line[0] != "#")
+    return {name.strip(): version.strip() for name, version in pairs}
+
+
+def _bound() -> SpecifierSet:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    found = [Requirement(dependency) for dependency in project["dependencies"]]
+    return next(req.specifier for req in found if req.name == "aiobotocore")
+
+
+def test_the_oldest_pass_runs_the_floor_of_the_bound() -> None:
+    """scripts/test's second pass runs the lowest aiobotocore pyproject.toml allows, with
+    the lowest botocore that one accepts; and each pass runs one the bound allows."""
+    pins, bound = _pins(), _bound()
+    floors = [spec.version for spec in bound if spec.operator == ">="]
+    assert floors == [pins["aiobotocore"]]
+    assert pins["aiobotocore"] in bound
+    installed = importlib.metadata.version("aiobotocore")
+    assert installed in bound
+    if installed == pins["aiobotocore"]:
+        needs = [Requirement(r) for r in importlib.metadata.requires("aiobotocore") or []]
+        botocore = next(req.specifier for req in needs if req.name == "botocore")
+        assert [s.version for s in botocore if s.operator == ">="] == [pins["botocore"]]
+        assert importlib.metadata.version("botocore") == pins["botocore"]
