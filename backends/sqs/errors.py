@@ -23,7 +23,8 @@ After a call, the rules, in the order they are tried:
    that does not parse (`ResponseParserError`: a proxy's page, a cut body) is
    `TransientBackendError` too: the next call may well be read, and a worker that stopped
    on one garbled answer would stop for a glitch.
-4. Any other botocore error -> `FatalBackendError`.
+4. A redirect (`backends.sqs.redirects.RedirectRefused`, never followed: its message names
+   the endpoint) and any other botocore error -> `FatalBackendError`.
 5. Anything else (our own `ValueError`, cancellation, bugs) is not mapped: `None`.
 
 Every mapped error reads as one line: ``ReceiveMessage on queue 'jobs' failed (RequestThrottled):

@@ -38,6 +38,8 @@ good at. Rules this module keeps:
   half the client CPU of an aiohttp session); one reached through a proxy, as botocore
   finds proxies (its config's, else the environment's), through an aiohttp session. Every
   answer's headers come back with lower-cased names either way. Closed by `aclose`.
+- No redirect is followed, direct or through a proxy: a 3xx answer ends the call with
+  `backends.sqs.redirects.RedirectRefused`, naming the endpoint, never retried.
 - Nothing is logged; bodies and credentials never reach an exception's message.
 """
 
@@ -75,6 +77,7 @@ from botocore.utils import get_environ_proxies
 from backends.sqs import lean_http, lean_tracing, lean_wire
 from backends.sqs.lean_retry import StandardRetry
 from backends.sqs.lean_signer import RequestSigner
+from backends.sqs.redirects import is_redirect, refuse
 from backends.sqs.settings import KEEPALIVE_S, SqsSettings
 
 __all__ = ["LEAN_OPERATIONS", "LeanTransport"]
@@ -306,6 +309,8 @@ class LeanTransport:
                 if delay is None:
                     raise
             else:
+                if is_redirect(status):  # never followed, nor retried
+                    raise refuse(status, self._url, headers.get("location"))
                 if status < 301:  # botocore's line between an answer and an error
                     self._retry.succeeded(context, status)
                     return self._answer(operation, status, headers, raw, attempt)
@@ -383,7 +388,7 @@ class LeanTransport:
                 return await self._pool.post(self._signer.host, headers, body)
             assert self._session is not None
             async with self._session.post(
-                self._url, data=body, headers=headers, proxy=self._proxy
+                self._url, data=body, headers=headers, proxy=self._proxy, allow_redirects=False
             ) as response:
                 return response.status, _lowered(response.headers), await response.read()
         except Exception as exc:

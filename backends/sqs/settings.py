@@ -9,6 +9,8 @@ Rules this module keeps:
   would; everything else stays on aiobotocore), or "botocore" (aiobotocore for everything:
   the opt-out, for code that hooks botocore's event system or instruments aiobotocore's
   `_make_api_call` on the hot calls).
+- No call follows a redirect, on either client (`backends.sqs.redirects`): the client's
+  HTTP session is `backends.sqs.botocore_internals.NoRedirectSession`.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Literal, get_args
 
 from aiobotocore.config import AioConfig
 
+from backends.sqs.botocore_internals import NoRedirectSession
 from worker.errors import ConfigError
 from worker.rules import is_url
 
@@ -118,4 +121,6 @@ class SqsSettings:
             # The backend builds and checks entries; botocore's validator would walk every call.
             parameter_validation=False,
             connector_args={"keepalive_timeout": KEEPALIVE_S},
+            # No redirect is ever followed (`backends.sqs.redirects`).
+            http_session_cls=NoRedirectSession,
         )

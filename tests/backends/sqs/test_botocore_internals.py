@@ -93,7 +93,7 @@ def uses(tree: ast.AST) -> Iterator[tuple[int, str]]:
 
 def test_the_private_names_it_finds_are_botocores() -> None:
     names = their_private_names()
-    assert {"_user_agent_creator", "_request_signer", "_calculate_ttl"} <= names
+    assert {"_get_session", "_user_agent_creator", "_request_signer", "_calculate_ttl"} <= names
     assert {"_normalize_url_path", "_constants", "DEFAULT_KEEPALIVE_TIMEOUT"} & names == {
         "_normalize_url_path",
         "_constants",
