@@ -117,3 +117,12 @@ def test_public_signatures_need_only_public_types() -> None:
 
 def test_version_is_a_string() -> None:
     assert isinstance(worker.__version__, str) and worker.__version__
+
+
+@pytest.mark.parametrize("module_name", ["worker", "backends.sqs"])
+def test_each_name_a_package_imports_on_first_use_is_exported(module_name: str) -> None:
+    """`worker` and `backends.sqs` import their names on first use (PEP 562): the table of
+    where each comes from is exactly `__all__` (`__version__` is worker's own)."""
+    module = importlib.import_module(module_name)
+    homes: dict[str, str] = module._HOME_OF
+    assert set(homes) == set(module.__all__) - {"__version__"}

@@ -10,7 +10,27 @@ reason; nothing else uses any); with `SqsSettings(client="lean")`, the default, 
 them) and `lean_tracing` (their spans).
 """
 
-from backends.sqs.backend import SqsBackend
-from backends.sqs.settings import SqsSettings
+import importlib as _importlib
+import typing as _typing
+
+if _typing.TYPE_CHECKING:
+    from backends.sqs.backend import SqsBackend
+    from backends.sqs.settings import SqsSettings
 
 __all__ = ("SqsBackend", "SqsSettings")
+_HOME_OF = {"SqsBackend": "backends.sqs.backend", "SqsSettings": "backends.sqs.settings"}
+
+
+def __getattr__(name: str) -> object:
+    """Each imported on first use (PEP 562): one module of the client (`lean_signer`,
+    `errors`) loads without aiobotocore and the rest of the client."""
+    home = _HOME_OF.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(_importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
