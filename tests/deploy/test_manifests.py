@@ -20,6 +20,7 @@ import yaml
 from tests.deploy.kit import (
     DIRECTORIES,
     EXAMPLE,
+    ROOT,
     config_data,
     one,
     pod_spec,
@@ -30,6 +31,8 @@ from tests.deploy.render import Resource, render
 from tests.deploy.validation import CUSTOM_SCHEMAS, schema_errors
 from worker.cli.options import ENV_PREFIX
 from worker.cli.run import OPTIONS
+
+RULES = ROOT / "deploy" / "prometheus" / "alerts.yaml"
 
 KINDS = {
     "ConfigMap",
@@ -188,6 +191,25 @@ def test_selectors_and_names_point_at_the_worker(name: str) -> None:
     assert source["configMapRef"]["name"] == one(resources, "ConfigMap")["metadata"]["name"]
     annotations = one(resources, "ServiceAccount")["metadata"]["annotations"]
     assert annotations["eks.amazonaws.com/role-arn"].startswith("arn:aws:iam::")
+
+
+@pytest.mark.parametrize("name", sorted(DIRECTORIES))
+def test_the_alert_rules_name_what_the_kit_deploys(name: str) -> None:
+    """The rules find the kit's objects by name (kube-state-metrics and KEDA label their
+    series with them): the Deployment and ScaledObject `lease-worker`, KEDA's HPA
+    `keda-hpa-<ScaledObject>`, pods `<Deployment>-...`, the container `worker`, and the
+    PodMonitor's job `<namespace>/<PodMonitor>`."""
+    text = RULES.read_text()
+    resources = rendered(DIRECTORIES[name])
+    deployment = one(resources, "Deployment")["metadata"]["name"]
+    scaled_object = one(resources, "ScaledObject")
+    assert scaled_object["spec"]["scaleTargetRef"]["name"] == deployment
+    assert f'deployment="{deployment}"' in text
+    assert f'scaledObject="{scaled_object["metadata"]["name"]}"' in text
+    assert f'horizontalpodautoscaler="keda-hpa-{scaled_object["metadata"]["name"]}"' in text
+    assert f'pod=~"{deployment}-.+"' in text
+    assert f'container="{worker_container(resources)["name"]}"' in text
+    assert 'job=~"(.+/)?' + one(resources, "PodMonitor")["metadata"]["name"] + '"' in text
 
 
 def test_the_example_overlay_is_its_own_namespace_under_restricted_admission() -> None:

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.ops.test_alert_rules import RULES, rules
+from tests.ops.test_alert_rules import RULES, WORKER_SERIES, records, rules
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana" / "lease-worker.json"
@@ -160,11 +160,13 @@ def test_every_dashboard_query_returns_data(stack: Stack) -> None:
     assert empty == []
 
 
-def test_every_alert_expression_runs_on_exported_series(stack: Stack) -> None:
-    for name, rule in rules().items():
+def test_every_rule_expression_runs_on_exported_series(stack: Stack) -> None:
+    for name, rule in {**records(), **rules()}.items():
         stack.query(rule["expr"])  # valid PromQL over real data (firing or not)
-        for metric in set(re.findall(r"\blease_worker_[a-z_]+", rule["expr"])):
+        for metric in {m.group(1) for m in WORKER_SERIES.finditer(rule["expr"])} - {"up"}:
             assert stack.query(f'count({{__name__="{metric}"}})'), (name, metric)
+        for record in set(re.findall(r"\b[a-z_]+:[a-z_]+:[a-z_]+\b", rule["expr"])):
+            assert record in records(), (name, record)
 
 
 def test_prometheus_loads_every_rule(stack: Stack) -> None:
@@ -178,7 +180,7 @@ def test_prometheus_loads_every_rule(stack: Stack) -> None:
             if rule.get("lastEvaluation", "").startswith("20")
         ],
     )
-    assert sorted(rule["name"] for rule in loaded) == sorted(rules())
+    assert sorted(rule["name"] for rule in loaded) == sorted([*rules(), *records()])
     assert {rule["health"] for rule in loaded} == {"ok"}
 
 
@@ -197,9 +199,13 @@ def test_a_librarys_stdlib_record_is_json_with_the_messages_context(stack: Stack
 
 
 def test_the_workers_down_alert_sees_the_live_worker(stack: Stack) -> None:
-    """The rule's selector finds the worker's own scrape job, and with the worker up the
-    rule's expression is empty (it fires on nothing)."""
+    """The rule's selector finds the worker's own scrape job: one pod up of the one wanted
+    (no kube-state-metrics here), and with the worker up the rule's expression is empty."""
     assert stack.query('up{job=~"(.+/)?lease-worker"} == 1')
+    (up,) = stack.query(records()["namespace:lease_worker_pods_up:count"]["expr"])
+    (wanted,) = stack.query(records()["namespace:lease_worker_pods_wanted:min"]["expr"])
+    assert (up["metric"], up["value"][1]) == ({"namespace": "orders"}, "1")
+    assert (wanted["metric"], wanted["value"][1]) == ({"namespace": "orders"}, "1")
     assert stack.query(rules()["LeaseWorkerDown"]["expr"]) == []
     # Series keep the scrape's namespace, which every alert and panel groups by.
     (found,) = stack.query("max by (namespace) (lease_worker_ready)")
