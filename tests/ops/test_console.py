@@ -131,6 +131,53 @@ async def test_a_page_served_under_another_host_name_gets_nothing() -> None:
     }
 
 
+async def statuses(port: int, host: str) -> dict[str, int]:
+    """Each path's status for a request to 127.0.0.1:port naming `host` in its Host."""
+    answers = {}
+    async with aiohttp.ClientSession() as session:
+        for path in ("/", "/api/status", "/api/dlq", "/metrics", "/healthz"):
+            async with session.get(f"http://127.0.0.1:{port}{path}", headers={"Host": host}) as got:
+                answers[path] = got.status
+    return answers
+
+
+CONSOLE_ONLY_FOR_ITS_NAMES = {"/": 421, "/api/status": 421, "/api/dlq": 421}
+EVERY_PATH = {"/": 200, "/api/status": 200, "/api/dlq": 200, "/metrics": 200, "/healthz": 200}
+
+
+async def test_bound_to_every_address_the_console_answers_only_to_its_names() -> None:
+    """Issue 42, 5: in a pod the listener binds 0.0.0.0, and through a port-forward a
+    rebinding page reaches it as 127.0.0.1 with its own name. The loopback names still
+    answer (the port-forward); the pod's address and any other name do not, but for
+    Prometheus and the probes."""
+    started, release = anyio.Event(), anyio.Event()
+    release.set()
+    async with (
+        run_worker(holding_app(started, release)) as harness,
+        listening(harness.supervisor, host="0.0.0.0") as port,
+    ):
+        evil = await statuses(port, f"evil.example:{port}")
+        pod = await statuses(port, f"10.0.1.7:{port}")
+        forwarded = await statuses(port, "localhost:8080")  # port-forward 8080:9100
+    assert evil == pod == {**CONSOLE_ONLY_FOR_ITS_NAMES, "/metrics": 200, "/healthz": 200}
+    assert forwarded == EVERY_PATH
+
+
+async def test_configured_names_replace_the_loopback_ones() -> None:
+    started, release = anyio.Event(), anyio.Event()
+    release.set()
+    hosts = ["worker.orders.internal", "10.0.1.7"]
+    async with (
+        run_worker(holding_app(started, release)) as harness,
+        listening(harness.supervisor, host="0.0.0.0", console_hosts=hosts) as port,
+    ):
+        named = await statuses(port, f"worker.orders.internal:{port}")
+        address = await statuses(port, "10.0.1.7")
+        loopback = await statuses(port, f"localhost:{port}")
+    assert named == address == EVERY_PATH
+    assert loopback == {**CONSOLE_ONLY_FOR_ITS_NAMES, "/metrics": 200, "/healthz": 200}
+
+
 async def test_without_the_console_only_metrics_and_probes_answer() -> None:
     started, release = anyio.Event(), anyio.Event()
     release.set()

@@ -24,7 +24,9 @@ TOKEN = "s3cret-console-token"
 
 
 @asynccontextmanager
-async def dead_lettered(token: str | None) -> AsyncIterator[tuple[WorkerHarness, int]]:
+async def dead_lettered(
+    token: str | None, **options: Any
+) -> AsyncIterator[tuple[WorkerHarness, int]]:
     app = Worker(WorkerConfig(wait_s=1))
 
     @app.handler("orders")
@@ -39,7 +41,7 @@ async def dead_lettered(token: str | None) -> AsyncIterator[tuple[WorkerHarness,
     assert await backend.receive("orders", max_messages=1, wait_s=0) == []  # dead-lettered
     async with (
         run_worker(app, backend=backend) as harness,
-        listening(harness.supervisor, console_token=token) as port,
+        listening(harness.supervisor, console_token=token, **options) as port,
     ):
         yield harness, port
 
@@ -53,6 +55,8 @@ async def post(port: int, body: Any, **headers: str) -> tuple[int, dict[str, Any
             f"http://127.0.0.1:{port}/api/dlq/redrive", data=data, headers=headers
         ) as response,
     ):
+        if response.content_type != "application/json":
+            return response.status, {"text": await response.text()}
         return response.status, await response.json()
 
 
@@ -105,6 +109,58 @@ async def test_with_the_token_the_same_origin_and_the_name_it_redrives() -> None
     assert (row["queue"], row["sources"], row["visible"]) == ("orders-dlq", ["orders"], 0)
     assert row["tasks"] == [{"status": "COMPLETED", "moved": 1, "to_move": 1}]
     assert listing["actions"] is True
+
+
+async def test_a_rebound_page_whose_origin_matches_its_host_changes_nothing() -> None:
+    """Issue 42, 5: bound to every address (a pod, reached through a port-forward), a
+    page of evil.example rebound to the listener names itself in Host and Origin alike,
+    and has the token (say, pasted): the listener answers only to its own names."""
+    async with dead_lettered(TOKEN, host="0.0.0.0") as (harness, port):
+        rebound = await post(
+            port,
+            ASK,
+            Authorization=BEARER,
+            Host=f"evil.example:{port}",
+            Origin=f"http://evil.example:{port}",
+        )
+        nothing_moved(harness)
+    assert rebound == (421, {"text": "this listener answers only to its own names"})
+
+
+async def test_an_origin_is_one_of_the_listeners_names_on_the_port_asked() -> None:
+    async with dead_lettered(TOKEN, host="0.0.0.0") as (harness, port):
+        local = {"Authorization": BEARER, "Host": f"localhost:{port}"}
+        refused = [
+            await post(port, ASK, **local, Origin="http://localhost:3000"),  # another server
+            await post(port, ASK, **local, Origin="null"),  # a sandboxed frame, a file
+            await post(port, ASK, **local, Origin=f"https://localhost:{port}"),
+            await post(port, ASK, **local, Origin=f"http://127.0.0.1:{port}"),
+        ]
+        nothing_moved(harness)
+        done = await post(port, ASK, **local, Origin=f"http://localhost:{port}")
+    assert [status for status, _ in refused] == [403, 403, 403, 403]
+    assert done[0] == 202
+
+
+async def test_a_configured_name_is_the_one_the_redrive_accepts() -> None:
+    hosts = ["worker.orders.internal"]
+    async with dead_lettered(TOKEN, host="0.0.0.0", console_hosts=hosts) as (harness, port):
+        loopback = await post(
+            port,
+            ASK,
+            Authorization=BEARER,
+            Host=f"localhost:{port}",
+            Origin=f"http://localhost:{port}",
+        )
+        nothing_moved(harness)
+        named = await post(
+            port,
+            ASK,
+            Authorization=BEARER,
+            Host=f"worker.orders.internal:{port}",
+            Origin=f"http://worker.orders.internal:{port}",
+        )
+    assert (loopback[0], named[0]) == (421, 202)
 
 
 async def test_malformed_requests_are_400_not_500() -> None:

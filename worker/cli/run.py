@@ -53,6 +53,7 @@ from worker.config import (
 )
 from worker.errors import ConfigError, TransientBackendError, WorkerCrashed
 from worker.ops import HealthPolicy, OpsListener
+from worker.ops.host_names import HostNames
 from worker.ops.limits import DEFAULT_MAX_CONNECTIONS, OpsLimits, connection_cap
 from worker.runtime.garbage import DEFAULT_FIRST_THRESHOLD, collect_less
 from worker.runtime.malloc import return_large_blocks
@@ -225,6 +226,13 @@ OPTIONS: dict[str, tuple[Option, ...]] = {
             "--console-bodies",
             "show message bodies (cut to 2,000 characters) on the ops listener's console",
             action="store_true",
+        ),
+        Option(
+            "--console-hosts",
+            "host names and addresses the console answers to, comma-separated; any other "
+            "Host gets 421 (default: localhost, 127.0.0.1, [::1], and --ops-addr unless "
+            "0.0.0.0 or ::)",
+            metavar="NAMES",
         ),
         Option(
             "--queue-sample-s",
@@ -501,6 +509,12 @@ def _check_ops_options(args: argparse.Namespace) -> None:
     if not 1 <= args.queue_sample_s <= 3600:
         raise ConfigError(f"--queue-sample-s={args.queue_sample_s}: must be from 1 to 3600")
     connection_cap(_ops_limits(args), setting="--ops-max-connections")
+    hosts = _console_hosts(args)
+    if hosts is not None:
+        try:
+            HostNames.of(hosts)
+        except ConfigError as error:
+            raise ConfigError(f"--console-hosts={args.console_hosts}: {error}") from None
 
 
 def _ops_limits(args: argparse.Namespace) -> OpsLimits:
@@ -525,7 +539,14 @@ def _ops_listener(
         console_bodies=args.console_bodies,
         console_token=os.environ.get("LEASE_WORKER_CONSOLE_TOKEN") or None,
         limits=_ops_limits(args),
+        console_hosts=_console_hosts(args),
     )
+
+
+def _console_hosts(args: argparse.Namespace) -> list[str] | None:
+    if args.console_hosts is None:
+        return None
+    return [name for name in args.console_hosts.split(",") if name.strip()]
 
 
 def _run_processes(argv: list[str], args: argparse.Namespace) -> int:

@@ -4,7 +4,9 @@
 A mutation needs all of (else it changes nothing):
 - a token: the worker started with `LEASE_WORKER_CONSOLE_TOKEN`, and the request sending
   it as `Authorization: Bearer <token>` (compared in constant time): else 401;
-- the same origin: an `Origin` header, when sent, naming this listener: else 403;
+- the same origin: an `Origin` header, when sent, naming this listener by one of its
+  configured names (`worker.ops.host_names`; the request's own `Host` proves nothing, a
+  rebinding page sends its own name in both) and the port the request came to: else 403;
 - a JSON body (`Content-Type: application/json`, which a cross-site form cannot send
   without a CORS preflight, and this listener answers none): else 415;
 - the queue's name typed back as `confirm`: else 400.
@@ -23,6 +25,7 @@ from aiohttp import web
 from worker.errors import BackendError, ConfigError
 from worker.ops import dead_letters
 from worker.ops.connections import client_fault
+from worker.ops.host_names import HostNames
 from worker.ops.limits import TooDeep, loads_bounded
 from worker.runtime.supervisor import Supervisor
 
@@ -52,7 +55,7 @@ def _own_dead_letter_queues(supervisor: Supervisor) -> dict[str, list[str]]:
 
 
 def add_dead_letter_routes(
-    app: web.Application, supervisor: Supervisor, *, token: str | None
+    app: web.Application, supervisor: Supervisor, *, token: str | None, names: HostNames
 ) -> None:
     cached: dict[str, tuple[float, int, dict[str, Any]]] = {}
 
@@ -89,7 +92,7 @@ def add_dead_letter_routes(
         return 200, {"dead_letter_queues": rows, "actions": token is not None}
 
     async def redrive(request: web.Request) -> web.Response:
-        refused = _refuse(request, token)
+        refused = _refuse(request, token, names)
         if refused is not None:
             return refused
         try:
@@ -119,13 +122,13 @@ def add_dead_letter_routes(
     app.router.add_post("/api/dlq/redrive", redrive)
 
 
-def _refuse(request: web.Request, token: str | None) -> web.Response | None:
+def _refuse(request: web.Request, token: str | None, names: HostNames) -> web.Response | None:
     given = request.headers.get("Authorization", "")
     if token is None or not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
         return _answer(401, {"error": "a console token is needed (LEASE_WORKER_CONSOLE_TOKEN)"})
     origin = request.headers.get("Origin")
     host = request.headers.get("Host")  # not request.host, which makes one up when missing
-    if origin is not None and (host is None or origin != f"{request.scheme}://{host}"):
+    if origin is not None and not names.allows_origin(origin, host):
         return _answer(403, {"error": "cross-origin requests change nothing"})
     if request.content_type != "application/json":
         return _answer(415, {"error": "send JSON (Content-Type: application/json)"})

@@ -7,7 +7,10 @@
 - `GET /healthz`, `GET /readyz`: 200 or 503 with a JSON body naming each check
   (`worker.ops.health`).
 - `GET /`, `GET /api/status`: the live console (`worker.ops.console`), read-only; message
-  bodies only with `console_bodies=True` (`--console-bodies`).
+  bodies only with `console_bodies=True` (`--console-bodies`). The console and its API
+  answer only requests whose `Host` is one of the listener's names (`console_hosts`,
+  `--console-hosts`; by default the loopback names and the address it binds:
+  `worker.ops.host_names`), else 421; `/metrics` and the probes answer any `Host`.
 - `GET /api/dlq`, `POST /api/dlq/redrive`: this worker's dead-letter queues, and their
   redrive, which needs `console_token` (`worker.ops.console_actions`).
 - Any other path: 404; another method: 405.
@@ -26,7 +29,6 @@ works. Loopback by default: exposing it is a decision (`--ops-addr 0.0.0.0` in a
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import json
 import socket
 from collections.abc import Iterator, Sequence
@@ -35,7 +37,7 @@ from types import TracebackType
 import anyio
 import structlog
 from aiohttp import web
-from aiohttp.typedefs import Handler
+from aiohttp.typedefs import Handler, Middleware
 from anyio.abc import TaskGroup
 from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -48,6 +50,7 @@ from worker.ops.console import add_console_routes
 from worker.ops.console_actions import add_dead_letter_routes
 from worker.ops.health import HealthPolicy, Verdict, liveness, readiness
 from worker.ops.history import History, read_counts
+from worker.ops.host_names import HostNames
 from worker.ops.limits import OpsLimits, connection_cap
 from worker.ops.status import status
 from worker.runtime.supervisor import Supervisor
@@ -76,6 +79,7 @@ class OpsListener:
         console_token: str | None = None,
         history: History | None = None,
         limits: OpsLimits | None = None,
+        console_hosts: Sequence[str] | None = None,
     ) -> None:
         if not 0 <= port <= 65_535:
             raise ConfigError(f"ops port {port}: must be a port number from 0 to 65535")
@@ -94,9 +98,10 @@ class OpsListener:
         probes = CollectorRegistry(auto_describe=True)
         probes.register(_Probes(supervisor, self._policy))
         self._registries = (probes, *registries)
-        middlewares = [limits_middleware(self._connections)]
-        if _is_loopback(host):
-            middlewares.append(_loopback_names_only)
+        names = (
+            HostNames.default_for(host) if console_hosts is None else HostNames.of(console_hosts)
+        )
+        middlewares = [limits_middleware(self._connections), _named_hosts_only(names)]
         app = web.Application(middlewares=middlewares, client_max_size=self._limits.max_body_bytes)
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/healthz", self._healthz)
@@ -111,7 +116,7 @@ class OpsListener:
                     supervisor, history_now, started_at=self._started_at, bodies=console_bodies
                 ),
             )
-            add_dead_letter_routes(app, supervisor, token=console_token or None)
+            add_dead_letter_routes(app, supervisor, token=console_token or None, names=names)
         self._log = structlog.get_logger("lease_worker.ops")
         self._tasks: TaskGroup | None = None
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=_CLOSE_TIMEOUT_S)
@@ -203,36 +208,25 @@ class _Probes(Collector):
         yield GaugeMetricFamily(f"{prefix}_healthy", "1 while /healthz answers 200.", value=healthy)
 
 
-#: Names a browser may use for a loopback listener. Any other Host header is a page of
-#: another site whose name was made to resolve to 127.0.0.1 (DNS rebinding).
-_LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
-#: Paths any Host may reach: Prometheus and the probes.
+#: Paths any Host may reach: Prometheus and the probes (which name the pod's address).
 _ANY_HOST = frozenset({"/metrics", "/healthz", "/readyz"})
 
 
-def _is_loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
+def _named_hosts_only(names: HostNames) -> Middleware:
+    """The console answers only to its configured names (`worker.ops.host_names`): any
+    other Host is a page of another site whose name was made to resolve to this listener
+    (DNS rebinding), whatever address it binds."""
 
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        # The Host header itself: aiohttp's `request.host` stands in the listener's own
+        # address for a missing one (an HTTP/1.0 or 0.9 request).
+        if request.path not in _ANY_HOST and not names.allows(request.headers.get("Host")):
+            client_fault(request, "unknown_host")
+            return web.Response(status=421, text="this listener answers only to its own names")
+        return await handler(request)
 
-@web.middleware
-async def _loopback_names_only(request: web.Request, handler: Handler) -> web.StreamResponse:
-    # The Host header itself: aiohttp's `request.host` stands in the listener's own address
-    # for a missing one (an HTTP/1.0 or 0.9 request), which is loopback.
-    host = request.headers.get("Host")
-    if request.path not in _ANY_HOST and (host is None or _host_name(host) not in _LOOPBACK_NAMES):
-        client_fault(request, "not_loopback_host")
-        return web.Response(status=421, text="this listener answers only to loopback names")
-    return await handler(request)
-
-
-def _host_name(host: str) -> str:
-    """The Host header without its port ("[::1]:9100" -> "[::1]")."""
-    if host.startswith("["):
-        return host.split("]", 1)[0] + "]"
-    return host.rsplit(":", 1)[0]
+    return middleware
 
 
 def _answer(verdict: Verdict) -> web.Response:
