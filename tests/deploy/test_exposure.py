@@ -43,7 +43,7 @@ def kustomized(directory: Path) -> list[Resource]:
 def test_the_console_is_off_and_a_network_policy_guards_the_ops_port(name: str) -> None:
     resources = kustomized(DIRECTORIES[name])
     data = config_data(resources)
-    # 0.0.0.0 turns the listener's loopback Host check off: the console must be off too.
+    # 0.0.0.0: reachable inside the cluster; the console stays off but for debugging.
     assert data["LEASE_WORKER_OPS_ADDR"] == "0.0.0.0"
     assert data["LEASE_WORKER_NO_CONSOLE"] == "true"
     assert "LEASE_WORKER_CONSOLE_BODIES" not in data
@@ -71,7 +71,12 @@ def test_the_console_is_off_and_a_network_policy_guards_the_ops_port(name: str) 
 
 def test_the_debugging_overlay_is_the_example_with_the_console_on() -> None:
     example, debug = kustomized(EXAMPLE), kustomized(DEBUG_CONSOLE)
-    assert config_data(debug) == {**config_data(example), "LEASE_WORKER_NO_CONSOLE": "false"}
+    assert config_data(debug) == {
+        **config_data(example),
+        "LEASE_WORKER_NO_CONSOLE": "false",
+        # What a browser names through a port-forward; nothing else (no DNS rebinding).
+        "LEASE_WORKER_CONSOLE_HOSTS": "localhost,127.0.0.1,[::1]",
+    }
     # Bodies and the redrive API stay off; the NetworkPolicy stays; nothing else changes
     # but the ConfigMap's name, which the pods follow (so applying it rolls them).
     for resource in (*example, *debug):
