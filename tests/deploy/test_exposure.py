@@ -1,5 +1,5 @@
 """The kit in a cluster nobody trusts (issue 29): the console off except in the debugging
-overlay, a NetworkPolicy that lets only the monitoring namespace reach the ops port, and a
+overlay, a NetworkPolicy that lets only the scraper's pods reach the ops port, and a
 settings change that rolls the pods (the ConfigMap's name is a hash of its content).
 
 What `kubectl kustomize` prints is checked where kubectl is installed, else what
@@ -20,11 +20,13 @@ from tests.deploy.kit import (
     DEBUG_CONSOLE,
     DIRECTORIES,
     EXAMPLE,
+    ROOT,
     config_data,
     one,
     worker_container,
 )
 from tests.deploy.render import Resource, configmap_hash, render
+from tests.deploy.validation import schema_errors
 
 
 def kustomized(directory: Path) -> list[Resource]:
@@ -52,21 +54,56 @@ def test_the_console_is_off_and_a_network_policy_guards_the_ops_port(name: str) 
     labels = one(resources, "Deployment")["spec"]["template"]["metadata"]["labels"]
     assert policy["podSelector"]["matchLabels"].items() <= labels.items()
     assert policy["policyTypes"] == ["Ingress"]
-    # One way in: from the monitoring namespace, to the port the probes and Prometheus use.
+    # One way in: from Prometheus Operator's Prometheus pods, in whatever namespace, to
+    # the ops port by number (the VPC CNI drops a named port the source does not declare).
+    (port,) = worker_container(resources)["ports"]
+    assert port["name"] == "ops"
     assert policy["ingress"] == [
         {
             "from": [
                 {
-                    "namespaceSelector": {
-                        "matchLabels": {"kubernetes.io/metadata.name": "monitoring"}
-                    }
+                    "namespaceSelector": {},
+                    "podSelector": {
+                        "matchLabels": {
+                            "app.kubernetes.io/name": "prometheus",
+                            "app.kubernetes.io/managed-by": "prometheus-operator",
+                        }
+                    },
                 }
             ],
-            "ports": [{"port": "ops", "protocol": "TCP"}],
+            "ports": [{"port": port["containerPort"], "protocol": "TCP"}],
         }
     ]
-    (port,) = worker_container(resources)["ports"]
-    assert port["name"] == "ops"
+
+
+def readme_override() -> Resource:
+    """The NetworkPolicy patch deploy/README.md shows for another collector."""
+    text = (ROOT / "deploy" / "README.md").read_text()
+    block = text.split("<!-- networkpolicy-override -->\n```yaml\n", 1)[1].split("```", 1)[0]
+    patch: Resource = yaml.safe_load(block)
+    return patch
+
+
+def test_the_readmes_override_for_another_collector_renders_and_validates(
+    tmp_path: Path,
+) -> None:
+    patch = readme_override()
+    (tmp_path / "networkpolicy.yaml").write_text(yaml.safe_dump(patch))
+    kustomization = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [str(EXAMPLE)],
+        "patches": [{"path": "networkpolicy.yaml"}],
+    }
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
+    policy = one(render(tmp_path), "NetworkPolicy")
+    assert schema_errors(policy) == []
+    assert policy["metadata"]["namespace"] == "orders"
+    assert policy["spec"]["ingress"] == patch["spec"]["ingress"]  # replaced whole
+    (port,) = worker_container(render(EXAMPLE))["ports"]
+    assert policy["spec"]["ingress"][0]["ports"] == [
+        {"port": port["containerPort"], "protocol": "TCP"}
+    ]
 
 
 def test_the_debugging_overlay_is_the_example_with_the_console_on() -> None:
