@@ -39,6 +39,20 @@ def test_panels_follow_the_queue_variable_and_the_rate_interval() -> None:
                 assert 'queue=~"$queue"' in expr, expr
 
 
+def test_every_series_keeps_its_namespace_in_its_grouping_and_its_legend() -> None:
+    """With every namespace chosen, two namespaces' same-named queues are two lines, and
+    each line's legend says whose it is (issue 42, 7)."""
+    board = json.loads(render())
+    for panel in board["panels"]:
+        for target in panel["targets"]:
+            expr = target["expr"]
+            groupings = re.findall(r"\bby \(([^)]*)\)", expr)
+            assert groupings, expr  # no bare sum(): it would merge the namespaces
+            for grouping in groupings:
+                assert "namespace" in {label.strip() for label in grouping.split(",")}, expr
+            assert "{{namespace}}" in target["legendFormat"], (panel["title"], target)
+
+
 def test_call_latency_and_long_poll_waits_are_separate_series() -> None:
     """With 20 s long polls, idle receives buried the calls' milliseconds (issue 29)."""
     board = json.loads(render())

@@ -36,6 +36,9 @@ __all__ = ["PANELS", "Panel", "build", "render"]
 _NS = 'namespace=~"$namespace"'
 _Q = f'{_NS}, queue=~"$queue"'
 _RATE = "[$__rate_interval]"
+#: Every series keeps its namespace, in its grouping and its legend: with several namespaces
+#: chosen, two namespaces' same-named queues are two lines, each saying whose it is.
+_IN = "{{namespace}}/"
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,11 +52,11 @@ class Panel:
 
 
 def _rate(metric: str, by: str = "queue") -> str:
-    return f"sum by ({by}) (rate({metric}{{{_Q}}}{_RATE}))"
+    return f"sum by (namespace, {by}) (rate({metric}{{{_Q}}}{_RATE}))"
 
 
 def _max(metric: str, by: str) -> str:
-    return f"max by ({by}) ({metric}{{{_Q}}})"
+    return f"max by (namespace, {by}) ({metric}{{{_Q}}})"
 
 
 def _quantiles(
@@ -62,8 +65,8 @@ def _quantiles(
     labels = f"{_Q}, {selector}" if selector else _Q
     return tuple(
         (
-            f"p{q} {{{{{by}}}}}",
-            f"histogram_quantile(0.{q}, sum by (le, {by}) "
+            f"p{q} {_IN}{{{{{by}}}}}",
+            f"histogram_quantile(0.{q}, sum by (le, namespace, {by}) "
             f"(rate({metric}_bucket{{{labels}}}{_RATE})))",
         )
         for q in quantiles
@@ -75,15 +78,15 @@ PANELS: tuple[Panel, ...] = (
         "Throughput",
         "ops",
         (
-            ("received {{queue}}", _rate("lease_worker_messages_received_total")),
-            ("handled {{queue}}", _rate("lease_worker_messages_handled_total")),
+            (f"received {_IN}{{{{queue}}}}", _rate("lease_worker_messages_received_total")),
+            (f"handled {_IN}{{{{queue}}}}", _rate("lease_worker_messages_handled_total")),
         ),
         "Messages received and handled per second, all workers.",
     ),
     Panel(
         "Outcomes",
         "ops",
-        (("{{outcome}}", _rate("lease_worker_messages_handled_total", "outcome")),),
+        ((f"{_IN}{{{{outcome}}}}", _rate("lease_worker_messages_handled_total", "outcome")),),
         "Handler outcomes per second: succeeded, retry, failed, discarded, timed_out, "
         "lease_lost, shutdown, skipped, duplicate.",
         stacked=True,
@@ -99,14 +102,15 @@ PANELS: tuple[Panel, ...] = (
         "percentunit",
         (
             (
-                "held by workers {{queue}}",
-                f"sum by (queue) (lease_worker_messages_in_flight{{{_Q}}}) / max by (queue) "
-                f"(lease_worker_queue_in_flight_quota{{{_Q}}})",
+                f"held by workers {_IN}{{{{queue}}}}",
+                f"sum by (namespace, queue) (lease_worker_messages_in_flight{{{_Q}}}) / "
+                f"max by (namespace, queue) (lease_worker_queue_in_flight_quota{{{_Q}}})",
             ),
             (
-                "in flight at the service {{queue}}",
-                f'max by (queue) (lease_worker_queue_messages{{{_Q}, state="in_flight"}}) / '
-                f"max by (queue) (lease_worker_queue_in_flight_quota{{{_Q}}})",
+                f"in flight at the service {_IN}{{{{queue}}}}",
+                f"max by (namespace, queue) "
+                f'(lease_worker_queue_messages{{{_Q}, state="in_flight"}}) / '
+                f"max by (namespace, queue) (lease_worker_queue_in_flight_quota{{{_Q}}})",
             ),
         ),
         "Messages in flight as a share of the service's in-flight limit (SQS: 120,000 per "
@@ -116,16 +120,16 @@ PANELS: tuple[Panel, ...] = (
         "Lease renewals and losses",
         "ops",
         (
-            ("renewed {{queue}}", _rate("lease_worker_lease_renewals_total")),
-            ("calls {{queue}}", _rate("lease_worker_lease_renewal_calls_total")),
+            (f"renewed {_IN}{{{{queue}}}}", _rate("lease_worker_lease_renewals_total")),
+            (f"calls {_IN}{{{{queue}}}}", _rate("lease_worker_lease_renewal_calls_total")),
             # Failures are labelled by code, so no series exists before the first: "or"
             # shows 0 until then.
             (
-                "failed {{queue}}",
+                f"failed {_IN}{{{{queue}}}}",
                 f"{_rate('lease_worker_lease_renewal_failures_total')} or "
                 f"0 * {_rate('lease_worker_lease_renewals_total')}",
             ),
-            ("lost {{queue}}", _rate("lease_worker_leases_lost_total")),
+            (f"lost {_IN}{{{{queue}}}}", _rate("lease_worker_leases_lost_total")),
         ),
         "Leases extended, the batch calls that extended them (up to 10 leases a call on "
         "SQS), failed extensions, and leases lost (the handler was cancelled).",
@@ -135,8 +139,8 @@ PANELS: tuple[Panel, ...] = (
         "s",
         (
             (
-                "nearest {{queue}}",
-                f"min by (queue) (lease_worker_lease_nearest_deadline_seconds{{{_Q}}})",
+                f"nearest {_IN}{{{{queue}}}}",
+                f"min by (namespace, queue) (lease_worker_lease_nearest_deadline_seconds{{{_Q}}})",
             ),
             *_quantiles("lease_worker_lease_time_to_deadline_seconds", "queue")[:1],
         ),
@@ -148,7 +152,7 @@ PANELS: tuple[Panel, ...] = (
         "s",
         (
             (
-                "{{instance}}",
+                f"{_IN}{{{{instance}}}}",
                 f"max by (namespace, instance) (lease_worker_event_loop_lag_seconds{{{_NS}}})",
             ),
         ),
@@ -157,14 +161,19 @@ PANELS: tuple[Panel, ...] = (
     Panel(
         "Queue depth",
         "short",
-        (("{{queue}} {{state}}", _max("lease_worker_queue_messages", "queue, state")),),
+        (
+            (
+                f"{_IN}{{{{queue}}}} {{{{state}}}}",
+                _max("lease_worker_queue_messages", "queue, state"),
+            ),
+        ),
         "The service's approximate counts: visible, in flight, delayed.",
         stacked=True,
     ),
     Panel(
         "Oldest message age",
         "s",
-        (("{{queue}}", _max("lease_worker_queue_oldest_message_age_seconds", "queue")),),
+        ((f"{_IN}{{{{queue}}}}", _max("lease_worker_queue_oldest_message_age_seconds", "queue")),),
         "Age of the oldest message (on SQS: of the oldest received since the last sample).",
     ),
     Panel(
@@ -172,7 +181,7 @@ PANELS: tuple[Panel, ...] = (
         "short",
         (
             (
-                "{{dead_letter_queue}}",
+                f"{_IN}{{{{dead_letter_queue}}}}",
                 _max("lease_worker_dead_letter_queue_messages", "queue, dead_letter_queue"),
             ),
         ),
@@ -199,12 +208,15 @@ PANELS: tuple[Panel, ...] = (
         "Receives, settle backlog, abandoned threads",
         "short",
         (
-            ("empty receives/s {{queue}}", _rate("lease_worker_empty_receives_total")),
-            ("receive calls/s {{queue}}", _rate("lease_worker_receive_calls_total")),
-            ("settle backlog", f"sum(lease_worker_settle_backlog{{{_NS}}})"),
+            (f"empty receives/s {_IN}{{{{queue}}}}", _rate("lease_worker_empty_receives_total")),
+            (f"receive calls/s {_IN}{{{{queue}}}}", _rate("lease_worker_receive_calls_total")),
             (
-                "abandoned threads",
-                f"sum(lease_worker_abandoned_handler_threads{{{_NS}}})",
+                "settle backlog {{namespace}}",
+                f"sum by (namespace) (lease_worker_settle_backlog{{{_NS}}})",
+            ),
+            (
+                "abandoned threads {{namespace}}",
+                f"sum by (namespace) (lease_worker_abandoned_handler_threads{{{_NS}}})",
             ),
         ),
         "Receive calls and how many answered nothing, deletes and releases waiting to be "
@@ -215,17 +227,29 @@ PANELS: tuple[Panel, ...] = (
         "short",
         (
             (
-                "concurrency limit {{queue}}",
-                f"min by (queue) (lease_worker_flow_concurrency_limit{{{_Q}}})",
+                f"concurrency limit {_IN}{{{{queue}}}}",
+                f"min by (namespace, queue) (lease_worker_flow_concurrency_limit{{{_Q}}})",
             ),
-            ("rate-limit wait s/s {{queue}}", _rate("lease_worker_flow_rate_wait_seconds_total")),
-            ("store errors/s {{queue}}", _rate("lease_worker_flow_rate_store_errors_total")),
             (
-                "waiting for their tenant {{queue}}",
-                f"sum by (queue) (lease_worker_flow_tenant_waiting{{{_Q}}})",
+                f"rate-limit wait s/s {_IN}{{{{queue}}}}",
+                _rate("lease_worker_flow_rate_wait_seconds_total"),
             ),
-            ("tenant releases/s {{queue}}", _rate("lease_worker_flow_tenant_released_total")),
-            ("tenant key errors/s {{queue}}", _rate("lease_worker_flow_tenant_key_errors_total")),
+            (
+                f"store errors/s {_IN}{{{{queue}}}}",
+                _rate("lease_worker_flow_rate_store_errors_total"),
+            ),
+            (
+                f"waiting for their tenant {_IN}{{{{queue}}}}",
+                f"sum by (namespace, queue) (lease_worker_flow_tenant_waiting{{{_Q}}})",
+            ),
+            (
+                f"tenant releases/s {_IN}{{{{queue}}}}",
+                _rate("lease_worker_flow_tenant_released_total"),
+            ),
+            (
+                f"tenant key errors/s {_IN}{{{{queue}}}}",
+                _rate("lease_worker_flow_tenant_key_errors_total"),
+            ),
         ),
         "Queues with flow control (FlowControl): the handlers each worker may run at once "
         "(the adaptive limit; else max_in_flight), seconds receives waited for the rate "
