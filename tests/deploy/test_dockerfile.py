@@ -10,8 +10,11 @@ from __future__ import annotations
 import importlib.machinery
 import importlib.util
 import json
+import os
 import re
+import shutil
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -165,7 +168,48 @@ def test_the_build_installs_the_locked_versions() -> None:
     assert _all(build, "WORKDIR") == ["/src"]
     assert any("constraints.txt" in copy.split()[:-1] for copy in _all(build, "COPY"))
     (install,) = [run for run in _all(build, "RUN") if "pip install" in run]
-    assert "pip install --constraint constraints.txt ." in install
+    assert "pip install --no-compile --constraint constraints.txt ." in install
+
+
+def test_two_builds_of_one_commit_write_the_same_bytes() -> None:
+    """What makes one digest of two builds (issue 42, 7), short of building (no engine
+    here): every stage takes SOURCE_DATE_EPOCH; bytecode holds no time and one set order;
+    what each RUN writes is dated SOURCE_DATE_EPOCH; useradd logs nothing."""
+    build, final = _stages()
+    dated = 'touch --no-dereference --date="@${SOURCE_DATE_EPOCH}"'
+    for stage in (build, final):
+        assert "SOURCE_DATE_EPOCH=0" in _all(stage, "ARG")
+    # The final image takes /opt/venv from the build stage, as its last RUN leaves it.
+    assert _all(final, "COPY") == ["--from=build /opt/venv /opt/venv"]
+    install = _all(build, "RUN")[-1]
+    assert install.endswith(f"find /opt/venv -exec {dated} {{}} +")
+    assert all(dated in run for run in _all(final, "RUN"))
+    assert "PYTHONDONTWRITEBYTECODE=1" in " ".join(_all(build, "ENV"))
+    assert "PYTHONHASHSEED=0 /opt/venv/bin/python -m compileall" in install
+    assert "--invalidation-mode unchecked-hash /opt/venv/lib" in install
+    assert install.index("compileall") < install.index("find /opt/venv -exec touch")
+    (users,) = _all(final, "RUN")
+    assert "useradd --system --no-log-init" in users
+    assert "PYTHONDONTWRITEBYTECODE=1 python -m pip uninstall" in users
+    assert users.index("touch /tmp/.step") < users.index("groupadd")
+    assert users.index("uninstall") < users.index("-newer /tmp/.step")
+
+
+def test_unchecked_hash_bytecode_is_the_same_bytes_with_any_hash_seed(tmp_path: Path) -> None:
+    """The Dockerfile's compileall line, twice, on the package at one path (a code object
+    holds its file's path): the same .pyc bytes whatever the file times."""
+    outputs = []
+    copy = tmp_path / "worker"
+    for run in range(2):
+        shutil.rmtree(copy, ignore_errors=True)
+        shutil.copytree(ROOT / "worker", copy, ignore=shutil.ignore_patterns("__pycache__"))
+        for path in copy.rglob("*.py"):
+            os.utime(path, (1_000_000 + run, 1_000_000 + run))
+        env = {**os.environ, "PYTHONHASHSEED": "0"}
+        command = [sys.executable, "-m", "compileall", "-q", "--invalidation-mode"]
+        subprocess.run([*command, "unchecked-hash", str(copy)], env=env, check=True, timeout=120)
+        outputs.append({p.relative_to(copy): p.read_bytes() for p in sorted(copy.rglob("*.pyc"))})
+    assert outputs[0] and outputs[0] == outputs[1]
 
 
 def test_the_lock_pins_every_package_the_image_installs() -> None:
@@ -213,7 +257,20 @@ def test_scripts_image_builds_with_docker_or_podman(
     )
     assert run.returncode == 0, run.stderr
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
-    build = f"build --file {ROOT}/Dockerfile --tag lease-worker:{version} {ROOT}"
+    epoch = subprocess.run(
+        ["git", "-C", str(ROOT), "log", "-1", "--format=%ct"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    times = {
+        "docker": "--output type=docker,rewrite-timestamp=true",
+        "podman": f"--timestamp {epoch}",
+    }[expected]
+    build = (
+        f"build --file {ROOT}/Dockerfile --tag lease-worker:{version} "
+        f"--build-arg SOURCE_DATE_EPOCH={epoch} {times} {ROOT}"
+    )
     inspect = "image inspect --format {{.Id}} lease-worker:" + version
     assert calls[expected].read_text().splitlines()[-2:] == [build, inspect]
     assert run.stdout.splitlines()[-1] == "sha256:1234"
