@@ -113,7 +113,9 @@ def feature_of(service: str, frames: Frames) -> str:
     if service == "dynamodb":
         return "provisioning" if site in PROVISIONING_SITES else "idempotency"
     if "worker.ops.console_actions" in modules:
-        return "console"
+        # Reading the dead-letter queue and redriving it are two policies: an overlay
+        # whose console can never redrive (no token) is granted no redrive.
+        return "console-redrive" if site == "DeadLetterCalls.start_message_move_task" else "console"
     if modules & {"worker.cli.dlq", "worker.ops.dead_letters"}:
         return "dlq-tools"
     if site in PROVISIONING_SITES:

@@ -34,6 +34,7 @@ FEATURE_POLICIES: Mapping[str, str] = {
     "worker": "worker-policy.json",
     "producer": "producer-policy.json",
     "console": "console-policy.json",
+    "console-redrive": "console-redrive-policy.json",
     "dlq-tools": "dlq-tools-policy.json",
     "large-payloads": "s3-payloads-policy.json",
     "idempotency": "dynamodb-idempotency-policy.json",

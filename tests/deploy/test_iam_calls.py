@@ -200,11 +200,17 @@ async def test_the_console_dead_letter_view_and_its_redrive_are_granted(serve_sq
                 headers = {"Authorization": f"Bearer {TOKEN}"}
                 async with http.post("/api/dlq/redrive", json=body, headers=headers) as answer:
                     assert answer.status == 202, await answer.text()
-    assert {c.operation for c in calls if c.feature == "console"} >= {
-        "ListMessageMoveTasks",
-        "StartMessageMoveTask",
+    assert {c.operation for c in calls if c.feature == "console"} >= {"ListMessageMoveTasks"}
+    assert {c.operation for c in calls if c.feature == "console-redrive"} >= {
+        "StartMessageMoveTask"
     }
-    assert check(calls, values, ["console"]) == []
+    assert check(calls, values, ["console", "console-redrive"]) == []
+    # The console without its redrive (the debugging overlay: no token) needs, and is
+    # granted, no move task and nothing on the source queue.
+    read_only = Grants(policy("console-policy.json"), values)
+    arn = f"arn:aws:sqs:{MOTO_REGION}:{ACCOUNT}:"
+    assert not read_only.allows("sqs:StartMessageMoveTask", arn + dlq)
+    assert not read_only.allows("sqs:SendMessage", arn + queue)
     assert check(calls, values, [], documents={"console-policy.json": without_list_tasks()}) == [
         "console: DeadLetterCalls.list_message_move_tasks calls ListMessageMoveTasks: "
         "deploy/iam/console-policy.json does not allow sqs:ListMessageMoveTasks on "
