@@ -11,10 +11,11 @@ renderer cannot quietly drift from kustomize; tests/deploy also compares its out
   kustomize would merge by key (volumes, env, ports...) is refused;
 - `images`: `name` with `newName`, `newTag` and/or `digest`, on the pod templates' containers;
 - `namespace`: set on every namespaced resource;
-- `configMapGenerator`: `name`, `envs` (KEY=VALUE files, `#` comments), `options.labels`,
-  and `behavior: merge` over a generator of a kustomization below. The ConfigMap is named
-  `NAME-<hash>` with kustomize's own hash of its content (`configmap_hash`), and the pod
-  templates' references to NAME (`envFrom`, `volumes`) follow the new name.
+- `configMapGenerator`: `name`, `envs` (KEY=VALUE files, `#` comments), `options.labels`
+  and `options.annotations`, and `behavior: merge` over a generator of a kustomization
+  below. The ConfigMap is named `NAME-<hash>` with kustomize's own hash of its content
+  (`configmap_hash`), and the pod templates' references to NAME (`envFrom`, `volumes`)
+  follow the new name.
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ def _build(directory: Path) -> list[Resource]:
 
 def _generate(directory: Path, resources: list[Resource], generator: Resource) -> None:
     unknown = set(generator) - _GENERATOR_FIELDS
-    if unknown or set(generator.get("options", {})) - {"labels"}:
+    if unknown or set(generator.get("options", {})) - {"labels", "annotations"}:
         raise ValueError(f"{directory}: configMapGenerator fields not rendered here: {generator}")
     data: dict[str, str] = {}
     for env in generator.get("envs", []):
@@ -110,16 +111,18 @@ def _generate(directory: Path, resources: list[Resource], generator: Resource) -
             r for r in resources if r.get(_GENERATED) and r["metadata"]["name"] == generator["name"]
         ]
         base["data"] = {**base["data"], **data}
-        base["metadata"].setdefault("labels", {}).update(
-            generator.get("options", {}).get("labels", {})
-        )
+        for field in ("labels", "annotations"):
+            given = generator.get("options", {}).get(field, {})
+            if given:
+                base["metadata"].setdefault(field, {}).update(given)
         return
     if behavior != "create":
         raise ValueError(f"{directory}: configMapGenerator behavior {behavior!r} not rendered here")
     metadata: dict[str, Any] = {"name": generator["name"]}
-    labels = generator.get("options", {}).get("labels")
-    if labels:
-        metadata["labels"] = dict(labels)
+    for field in ("labels", "annotations"):
+        given = generator.get("options", {}).get(field)
+        if given:
+            metadata[field] = dict(given)
     resources.append(
         {
             "apiVersion": "v1",

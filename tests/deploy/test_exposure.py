@@ -143,6 +143,18 @@ def test_a_settings_change_renames_the_configmap_and_so_rolls_the_pods(tmp_path:
     assert templates[0] != templates[1]  # a new pod template: the Deployment rolls
 
 
+@pytest.mark.parametrize("name", sorted(DIRECTORIES))
+def test_gitops_pruning_keeps_the_configmaps_a_rollback_needs(name: str) -> None:
+    """Older ReplicaSets name older ConfigMaps; `rollout undo` needs them (issue 42, 7)."""
+    configmap = one(kustomized(DIRECTORIES[name]), "ConfigMap")
+    assert configmap["metadata"]["annotations"] == {
+        "argocd.argoproj.io/sync-options": "Prune=false",
+        "argocd.argoproj.io/compare-options": "IgnoreExtraneous",
+        "kustomize.toolkit.fluxcd.io/prune": "disabled",
+    }
+    assert one(kustomized(DIRECTORIES[name]), "Deployment")["spec"]["revisionHistoryLimit"] == 5
+
+
 def test_the_configmap_hash_is_kustomizes() -> None:
     # `kubectl kustomize` (kustomize v5.5.0) names a generator of A=1 `x-89g4tffbfk`.
     assert configmap_hash({"metadata": {"name": "x"}, "data": {"A": "1"}}) == "89g4tffbfk"
