@@ -23,7 +23,10 @@ uvloop's). Rules it keeps:
   the close. Interim 1xx answers are skipped; 204 and 304 have no body. At most 64 KiB
   of head, 64 KiB of interim answers' heads and trailers together, and `MAX_BODY` of
   body: more, or anything that is not HTTP/1.x, is a `ProtocolError` and the connection
-  is closed.
+  is closed. A line ended by a bare LF (RFC 9112 2.2 lets a recipient read it; this client
+  refuses it) or a value folded over lines (obs-fold) is refused as soon as it comes, not
+  held for the CRLF CRLF it would never send; each byte of a head is searched once,
+  however the head is cut into reads.
 - A body read to the close ends at the peer's close (a FIN; over TLS, what the loop
   reports as the end: asyncio's and uvloop's SSL protocols report a close without
   close_notify alike), never at a reset or an error, which cut it.
@@ -150,6 +153,8 @@ class _Connection(asyncio.Protocol):
         self._remaining = 0
         #: Bytes of interim answers' heads and of trailers in the answer under way.
         self._extra_head = 0
+        #: How much of the buffer's head has been looked at (each byte is, once).
+        self._seen = 0
 
     # -- asyncio's side --------------------------------------------------------------
 
@@ -271,15 +276,12 @@ class _Connection(asyncio.Protocol):
         while self._waiter is not None:
             state = self._state
             if state == _HEAD:
-                end = buffer.find(b"\r\n\r\n")
+                end = self._head_end(buffer)
                 if end < 0:
-                    if len(buffer) > _MAX_HEAD:
-                        raise ProtocolError("an answer's head over 64 KiB")
                     return
-                if end > _MAX_HEAD:
-                    raise ProtocolError("an answer's head over 64 KiB")
                 head = buffer[:end].decode("latin-1")
                 del buffer[: end + 4]
+                self._seen = 0
                 self._start(head)
             elif state == _LENGTH:
                 length = self._remaining
@@ -334,6 +336,38 @@ class _Connection(asyncio.Protocol):
                 self._body += buffer
                 buffer.clear()
                 return
+
+    def _head_end(self, buffer: bytearray) -> int:
+        """Where the head at the buffer's start ends (its CRLF CRLF), or -1 if it has not
+        yet. Only the bytes that came since the last look are searched (a head a byte per
+        read costs linear time, not quadratic), and a line ended by a bare LF, or a value
+        folded over lines (obs-fold), is refused as soon as it is seen: such a head has no
+        CRLF CRLF to wait for."""
+        seen = self._seen
+        if buffer.find(b"\n", seen) < 0:  # no new line end: no head end (a read a byte)
+            if seen and buffer[seen - 1] == 0x0A and buffer[seen] in b" \t":
+                raise ProtocolError("an answer with a field value folded over lines (obs-fold)")
+            if len(buffer) > _MAX_HEAD:
+                raise ProtocolError("an answer's head over 64 KiB")
+            self._seen = len(buffer)
+            return -1
+        end = buffer.find(b"\r\n\r\n", max(seen - 3, 0))
+        stop = len(buffer) if end < 0 else end + 4
+        # From the byte before the new ones: a CRLF, or a LF and what follows it, may
+        # straddle two reads.
+        since = max(seen - 1, 0)
+        if buffer.count(b"\n", seen, stop) != buffer.count(b"\r\n", since, stop):
+            raise ProtocolError("an answer with a line ended by a bare LF, not CRLF")
+        if buffer.find(b"\n ", since, stop) >= 0 or buffer.find(b"\n\t", since, stop) >= 0:
+            raise ProtocolError("an answer with a field value folded over lines (obs-fold)")
+        if end < 0:
+            if len(buffer) > _MAX_HEAD:
+                raise ProtocolError("an answer's head over 64 KiB")
+            self._seen = len(buffer)
+            return -1
+        if end > _MAX_HEAD:
+            raise ProtocolError("an answer's head over 64 KiB")
+        return end
 
     @staticmethod
     def _line(buffer: bytearray) -> bytes | None:

@@ -182,6 +182,12 @@ async def test_the_pool_opens_at_most_its_limit_and_queues_the_rest() -> None:
             b"x",
             False,
         ),
+        # OWS after a value is no part of it: llhttp alone would read the body to the close.
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\t\r\n\r\n1\r\nx\r\n0\r\n\r\n",
+            b"x",
+            True,
+        ),
     ],
     ids=[
         "length",
@@ -195,6 +201,7 @@ async def test_the_pool_opens_at_most_its_limit_and_queues_the_rest() -> None:
         "leading-zeros",
         "4400-leading-zeros",
         "chunked-and-length",
+        "chunked-then-a-tab",
     ],
 )
 async def test_every_way_a_body_is_delimited(answer: bytes, body: bytes, reused: bool) -> None:
@@ -324,6 +331,14 @@ async def test_header_names_are_lower_cased_and_a_repeat_gives_its_last_value() 
         b"HTTP/1.1 200 OK\r\nContent-Length: \xb9\r\n\r\nx",
         # More digits than int() converts (4300).
         b"HTTP/1.1 200 OK\r\nContent-Length: " + b"9" * 4401 + b"\r\n\r\nx",
+        # What llhttp reads and this client's policy refuses.
+        b"HTTP/2.0 200 OK\r\nContent-Length: 0\r\n\r\n",
+        b"HTTP/0.9 200 OK\r\nContent-Length: 0\r\n\r\n",
+        b"HTTP/1.1 200 O\x01K\r\nContent-Length: 0\r\n\r\n",
+        b"HTTP/1.1 200 O\x7fK\r\nContent-Length: 0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1;" + b"e" * 9000 + b"\r\nx\r\n",
     ],
     ids=[
         "http-2",
@@ -358,6 +373,12 @@ async def test_header_names_are_lower_cased_and_a_repeat_gives_its_last_value() 
         "superscript-status",
         "superscript-length",
         "length-of-4401-digits",
+        "http-2.0",
+        "http-0.9",
+        "control-in-the-reason",
+        "del-in-the-reason",
+        "chunked-on-two-lines",
+        "chunk-line-too-long",
     ],
 )
 async def test_what_is_not_http_1_is_a_protocol_error_and_the_connection_goes(
