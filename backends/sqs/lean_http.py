@@ -89,6 +89,8 @@ _HEAD_FORM = re.compile(
     r"HTTP/1\.[01] [0-9]{3}(?: [\t -~\x80-\xff]*+)?+"
     r"(?:\r\n[-!#$%&'*+.^_`|~0-9A-Za-z]++:[\t -~\x80-\xff]*+)*+"
 )
+_BARE_LF = "an answer with a line ended by a bare LF, not CRLF"
+_FOLDED = "an answer with a field value folded over lines (obs-fold)"
 #: asyncio runs a timer up to its clock resolution early; a timeout is not cut that short.
 _TIMER_SLACK_S = 0.001
 
@@ -276,9 +278,15 @@ class _Connection(asyncio.Protocol):
         while self._waiter is not None:
             state = self._state
             if state == _HEAD:
-                end = self._head_end(buffer)
+                # Only from the bytes that came since the last look (a CRLF CRLF may
+                # straddle them): a head a byte per read costs linear time, not quadratic.
+                seen = self._seen
+                end = buffer.find(b"\r\n\r\n", seen - 3 if seen > 3 else 0)
                 if end < 0:
+                    self._no_head_end(buffer)
                     return
+                if end > _MAX_HEAD:
+                    raise ProtocolError("an answer's head over 64 KiB")
                 head = buffer[:end].decode("latin-1")
                 del buffer[: end + 4]
                 self._seen = 0
@@ -337,37 +345,23 @@ class _Connection(asyncio.Protocol):
                 buffer.clear()
                 return
 
-    def _head_end(self, buffer: bytearray) -> int:
-        """Where the head at the buffer's start ends (its CRLF CRLF), or -1 if it has not
-        yet. Only the bytes that came since the last look are searched (a head a byte per
-        read costs linear time, not quadratic), and a line ended by a bare LF, or a value
-        folded over lines (obs-fold), is refused as soon as it is seen: such a head has no
-        CRLF CRLF to wait for."""
+    def _no_head_end(self, buffer: bytearray) -> None:
+        """The head at the buffer's start has not ended yet. It never will if a line of
+        it ends in a bare LF, or a value folds over lines (obs-fold): refused as soon as
+        it comes, with the bytes that came since the last look. (A head that has ended
+        is checked whole by `_start`.)"""
         seen = self._seen
-        if buffer.find(b"\n", seen) < 0:  # no new line end: no head end (a read a byte)
-            if seen and buffer[seen - 1] == 0x0A and buffer[seen] in b" \t":
-                raise ProtocolError("an answer with a field value folded over lines (obs-fold)")
-            if len(buffer) > _MAX_HEAD:
-                raise ProtocolError("an answer's head over 64 KiB")
-            self._seen = len(buffer)
-            return -1
-        end = buffer.find(b"\r\n\r\n", max(seen - 3, 0))
-        stop = len(buffer) if end < 0 else end + 4
         # From the byte before the new ones: a CRLF, or a LF and what follows it, may
         # straddle two reads.
-        since = max(seen - 1, 0)
-        if buffer.count(b"\n", seen, stop) != buffer.count(b"\r\n", since, stop):
-            raise ProtocolError("an answer with a line ended by a bare LF, not CRLF")
-        if buffer.find(b"\n ", since, stop) >= 0 or buffer.find(b"\n\t", since, stop) >= 0:
-            raise ProtocolError("an answer with a field value folded over lines (obs-fold)")
-        if end < 0:
-            if len(buffer) > _MAX_HEAD:
-                raise ProtocolError("an answer's head over 64 KiB")
-            self._seen = len(buffer)
-            return -1
-        if end > _MAX_HEAD:
+        since = seen - 1 if seen else 0
+        if buffer.find(b"\n", since) >= 0:
+            if buffer.count(b"\n", seen) != buffer.count(b"\r\n", since):
+                raise ProtocolError(_BARE_LF)
+            if buffer.find(b"\n ", since) >= 0 or buffer.find(b"\n\t", since) >= 0:
+                raise ProtocolError(_FOLDED)
+        if len(buffer) > _MAX_HEAD:
             raise ProtocolError("an answer's head over 64 KiB")
-        return end
+        self._seen = len(buffer)
 
     @staticmethod
     def _line(buffer: bytearray) -> bytes | None:
@@ -392,7 +386,7 @@ class _Connection(asyncio.Protocol):
     def _start(self, head: str) -> None:
         """Read an answer's head (decoded as Latin-1); choose how its body is delimited."""
         if _HEAD_FORM.fullmatch(head) is None:
-            raise ProtocolError("an answer's head that is not HTTP/1.x")
+            raise ProtocolError(_malformed(head))
         lines = head.split("\r\n")
         version = head[:8]
         status = int(head[9:12])
@@ -453,6 +447,15 @@ class _Connection(asyncio.Protocol):
         else:
             self._state = _TO_CLOSE
             self._keep_alive = False
+
+
+def _malformed(head: str) -> str:
+    """Why a head does not match `_HEAD_FORM`, in words that name no byte of it."""
+    if head.count("\n") != head.count("\r\n"):
+        return _BARE_LF
+    if "\n " in head or "\n\t" in head:
+        return _FOLDED
+    return "an answer's head that is not HTTP/1.x"
 
 
 class HttpPool:
