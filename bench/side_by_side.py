@@ -167,12 +167,18 @@ def _watch(
     limit_s = 30 + messages / 200
     deadline = time.monotonic() + limit_s
     samples: list[Sample] = []
+    before: Sample | None = None  # the last poll that saw the queue untouched
     while True:
         code = process.exited()
         visible, in_flight = sqs.left(url)
         now = time.perf_counter()
         if not samples and (visible < messages or in_flight):
-            samples.append(sample(now))
+            # A drain done between two polls (a fast contender on a loaded machine) started
+            # after the poll before: counted from there, not as a drain of no time at all.
+            drained = visible + in_flight == 0
+            samples.append(before if drained and before is not None else sample(now))
+        elif not samples:
+            before = sample(now)
         if samples and visible + in_flight == 0:
             samples.append(sample(now))
             return samples

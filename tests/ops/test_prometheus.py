@@ -50,6 +50,14 @@ def get_json(url: str) -> Any:
         return json.loads(answer.read())
 
 
+def _answers(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1) as answer:
+            return bool(answer.status == 200)
+    except OSError:
+        return False
+
+
 def wait_for(what: str, check: Any, timeout_s: float = 30) -> Any:
     """Poll an outside process for a condition (it has no event to wait on)."""
     deadline = time.monotonic() + timeout_s
@@ -108,6 +116,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         ],
     }
     (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
+    # Scraped only once it answers: a first scrape that found it still starting would leave
+    # `up == 0` in the Down rule's 3-minute window ("pods up 3 minutes straight") for the
+    # whole test, as on a loaded machine.
+    wait_for("the worker's ops listener", lambda: _answers(worker_port))
     prometheus = subprocess.Popen(
         [
             "prometheus",
