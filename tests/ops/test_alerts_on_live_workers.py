@@ -25,7 +25,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +34,7 @@ import pytest
 import yaml
 
 from tests.ops.test_alert_rules import RULES
-from tests.ops.test_prometheus import free_port, get_json, wait_for
+from tests.ops.test_prometheus import free_port, get_json, query, wait_for
 from tests.ops.timelines import crash_loop
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -81,13 +80,7 @@ class Prometheus:
     port: int
 
     def query(self, expr: str) -> list[dict[str, Any]]:
-        url = f"http://127.0.0.1:{self.port}/api/v1/query?" + urllib.parse.urlencode(
-            {"query": expr}
-        )
-        answer = get_json(url)
-        assert answer["status"] == "success", (expr, answer)
-        result: list[dict[str, Any]] = answer["data"]["result"]
-        return result
+        return query(self.port, expr)
 
     def rule_health(self) -> set[str]:
         groups = get_json(f"http://127.0.0.1:{self.port}/api/v1/rules")["data"]["groups"]

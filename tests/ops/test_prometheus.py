@@ -58,6 +58,15 @@ def _answers(port: int) -> bool:
         return False
 
 
+def query(port: int, expr: str) -> list[dict[str, Any]]:
+    """An instant query of the Prometheus on `port`: its result (the query must succeed)."""
+    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+    answer = get_json(url)
+    assert answer["status"] == "success", (expr, answer)
+    result: list[dict[str, Any]] = answer["data"]["result"]
+    return result
+
+
 def wait_for(what: str, check: Any, timeout_s: float = 30) -> Any:
     """Poll an outside process for a condition (it has no event to wait on)."""
     deadline = time.monotonic() + timeout_s
@@ -82,13 +91,7 @@ class Stack:
     log: Path
 
     def query(self, expr: str) -> list[dict[str, Any]]:
-        url = f"http://127.0.0.1:{self.prometheus_port}/api/v1/query?" + urllib.parse.urlencode(
-            {"query": expr}
-        )
-        answer = get_json(url)
-        assert answer["status"] == "success", (expr, answer)
-        result: list[dict[str, Any]] = answer["data"]["result"]
-        return result
+        return query(self.prometheus_port, expr)
 
 
 @pytest.fixture(scope="module")
