@@ -87,7 +87,9 @@ class Tenants:
         #: The tenant of every message admitted (running or waiting), by message id.
         self._tenant_of: dict[str, str] = {}
         self._waiting_ids: set[str] = set()
-        #: When each running message's handler started, and the mean handler time.
+        #: When each running message's handler started, and the mean handler time: only
+        #: where a release can happen (`release_after_s`), no queue with a redrive policy.
+        self._timed = not dead_letters
         self._started: dict[str, float] = {}
         self._run_s: float | None = None
 
@@ -132,7 +134,8 @@ class Tenants:
         if running < self.cap.per_tenant:
             self._running[tenant] = running + 1
             self._tenant_of[received.message_id] = tenant
-            self._started[received.message_id] = self._now()
+            if self._timed:
+                self._started[received.message_id] = self._now()
             return Admission.RUN, 0
         if not self._dead_letters and len(self._waiting_ids) >= self.cap.hold:
             return Admission.RELEASE, self.release_after_s(tenant)
@@ -202,7 +205,8 @@ class Tenants:
             if next_lease.active:
                 if not waiting:
                     del self._waiting[tenant]
-                self._started[received.message_id] = now
+                if self._timed:
+                    self._started[received.message_id] = now
                 next_lease.start_cap(now, cap_s)
                 return received, next_lease  # still counted as running
             self._tenant_of.pop(received.message_id, None)
